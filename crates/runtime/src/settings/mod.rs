@@ -1,0 +1,685 @@
+//! Layered, validated, typed settings (SPEC §8).
+//!
+//! Each service defines one settings type: a plain serde struct whose
+//! [`Default`] is the single source of truth for every default, and whose
+//! [`Settings::validate`] checks ranges. [`Loader`] merges, in this order:
+//!
+//! 1. the defaults in code;
+//! 2. an optional file (`--config FILE`; TOML, YAML or JSON by extension);
+//! 3. the environment: key `a.b.c` is variable `A__B__C`; top-level keys are
+//!    plain (`DATABASE_URL`).
+//!
+//! Every key that is given must exist: an unknown key in the file, or an
+//! environment variable under one of the type's sections (for example
+//! `RESILIENCE__INVENTORY__TIMEOUT_SECS`) is an error. Variables that name
+//! neither a known top-level key nor a known section are not ours (`PATH`) and
+//! are ignored. Every error is collected and reported together, each naming the
+//! key, the value given and what is allowed.
+//!
+//! The merging and typed conversion is the `config` crate's; the unknown-key
+//! and type checks are done here because `config` reads every environment
+//! variable and stops at the first error.
+
+mod secret;
+mod validate;
+
+use std::{
+    collections::BTreeMap,
+    fmt,
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
+
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::Value as Json;
+
+pub use secret::{MASK, Secret, SecretUrl};
+pub use validate::{Seconds, SettingError, Validator, env_name};
+
+/// A service's settings type.
+pub trait Settings: Serialize + DeserializeOwned + Default {
+    /// Checks every value's range and the relations between values,
+    /// recording each problem in `v`.
+    fn validate(&self, v: &mut Validator);
+}
+
+/// Why settings could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// One or more keys are unknown or have invalid values.
+    #[error("invalid settings:\n{}", list(.0))]
+    Invalid(Vec<SettingError>),
+    /// The settings file could not be read or parsed.
+    #[error("cannot read settings file {path}: {message}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+fn list(errors: &[SettingError]) -> String {
+    errors
+        .iter()
+        .map(|e| format!("  - {e}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Loads a [`Settings`] type from defaults, a file and the environment.
+#[derive(Debug, Default, Clone)]
+pub struct Loader {
+    file: Option<PathBuf>,
+    env: Vec<(String, String)>,
+}
+
+impl Loader {
+    /// A loader with no file and no environment (defaults only).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A loader reading the process environment and, if given, a file.
+    pub fn from_process(file: Option<&Path>) -> Self {
+        let mut loader = Self::new().env(std::env::vars());
+        if let Some(file) = file {
+            loader = loader.file(file);
+        }
+        loader
+    }
+
+    /// Reads `path` after the defaults.
+    pub fn file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.file = Some(path.into());
+        self
+    }
+
+    /// Uses `vars` as the environment (injected so tests need not touch the
+    /// process environment).
+    pub fn env<K: Into<String>, V: Into<String>>(
+        mut self,
+        vars: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        self.env = vars
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        self
+    }
+
+    /// Merges defaults, file and environment, then validates.
+    ///
+    /// # Errors
+    /// [`SettingsError::File`] when the file cannot be read;
+    /// [`SettingsError::Invalid`] listing every unknown key and bad value.
+    pub fn load<S: Settings>(&self) -> Result<S, SettingsError> {
+        let defaults = flatten_json(&serde_json::to_value(S::default()).unwrap_or(Json::Null));
+        let mut errors = Vec::new();
+        let mut builder = config::Config::builder();
+        for (key, value) in &defaults {
+            builder = builder
+                .set_default(key.as_str(), json_to_config(value))
+                .map_err(|e| invalid(key, "", e.to_string()))?;
+        }
+
+        if let Some(path) = &self.file {
+            let file = config::File::from(path.as_path());
+            let given = config::Config::builder()
+                .add_source(file.clone())
+                .build()
+                .map_err(|e| SettingsError::File {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?;
+            let table = given.cache.into_table().map_err(|e| SettingsError::File {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+            let mut flat = BTreeMap::new();
+            flatten_config("", table, &mut flat);
+            for (key, value) in flat {
+                check_value(&defaults, &key, value.as_deref(), &mut errors);
+            }
+            builder = builder.add_source(file);
+        }
+
+        let sections = sections(&defaults);
+        for (name, value) in &self.env {
+            let Some(key) = env_key(name, &defaults, &sections) else {
+                continue;
+            };
+            check_value(&defaults, &key, Some(value), &mut errors);
+            builder = builder
+                .set_override(key.as_str(), value.as_str())
+                .map_err(|e| invalid(&key, value, e.to_string()))?;
+        }
+        if !errors.is_empty() {
+            return Err(SettingsError::Invalid(errors));
+        }
+
+        let settings: S = builder
+            .build()
+            .and_then(config::Config::try_deserialize)
+            .map_err(|e| invalid("settings", "", e.to_string()))?;
+        let mut v = Validator::new();
+        settings.validate(&mut v);
+        let errors = v.into_errors();
+        if errors.is_empty() {
+            Ok(settings)
+        } else {
+            Err(SettingsError::Invalid(errors))
+        }
+    }
+}
+
+fn invalid(key: &str, value: &str, allowed: String) -> SettingsError {
+    SettingsError::Invalid(vec![SettingError {
+        key: key.to_owned(),
+        value: value.to_owned(),
+        allowed,
+    }])
+}
+
+/// Maps an environment variable to a settings key, or `None` when it is not
+/// ours. `A__B` maps to `a.b` when `a` is a section of the type; `NAME` maps to
+/// `name` when that is a top-level key.
+fn env_key(name: &str, defaults: &BTreeMap<String, Json>, sections: &[String]) -> Option<String> {
+    let key = name.to_ascii_lowercase().replace("__", ".");
+    if defaults.contains_key(&key) {
+        return Some(key);
+    }
+    let top = key.split('.').next().unwrap_or_default();
+    (key.contains('.') && sections.iter().any(|s| s == top)).then_some(key)
+}
+
+/// Checks that `key` exists and that `value` has the default's type.
+fn check_value(
+    defaults: &BTreeMap<String, Json>,
+    key: &str,
+    value: Option<&str>,
+    errors: &mut Vec<SettingError>,
+) {
+    let shown = value.unwrap_or("<table or list>");
+    let Some(default) = defaults.get(key) else {
+        errors.push(SettingError {
+            key: key.to_owned(),
+            value: shown.to_owned(),
+            allowed: "unknown key: no such setting".to_owned(),
+        });
+        return;
+    };
+    let ok = match (default, value) {
+        (_, None) => false,
+        (Json::Bool(_), Some(v)) => v.parse::<bool>().is_ok(),
+        (Json::Number(n), Some(v)) if n.is_f64() => v.trim().parse::<f64>().is_ok(),
+        (Json::Number(_), Some(v)) => v.trim().parse::<i64>().is_ok(),
+        _ => true,
+    };
+    if !ok {
+        let want = match default {
+            Json::Bool(_) => "true or false",
+            Json::Number(n) if n.is_f64() => "a number",
+            Json::Number(_) => "a whole number",
+            _ => "a single value",
+        };
+        errors.push(SettingError {
+            key: key.to_owned(),
+            value: shown.to_owned(),
+            allowed: format!("must be {want}"),
+        });
+    }
+}
+
+/// The top-level sections (nested tables) of a flattened settings type.
+fn sections(defaults: &BTreeMap<String, Json>) -> Vec<String> {
+    let mut out: Vec<String> = defaults
+        .keys()
+        .filter_map(|k| k.split_once('.').map(|(top, _)| top.to_owned()))
+        .collect();
+    out.dedup();
+    out
+}
+
+/// Flattens a JSON object into dotted keys → scalar values.
+fn flatten_json(value: &Json) -> BTreeMap<String, Json> {
+    fn walk(prefix: &str, value: &Json, out: &mut BTreeMap<String, Json>) {
+        match value {
+            Json::Object(map) => {
+                for (k, v) in map {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&key, v, out);
+                }
+            }
+            other => {
+                out.insert(prefix.to_owned(), other.clone());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk("", value, &mut out);
+    out
+}
+
+fn flatten_config(
+    prefix: &str,
+    table: config::Map<String, config::Value>,
+    out: &mut BTreeMap<String, Option<String>>,
+) {
+    for (k, v) in table {
+        let key = if prefix.is_empty() {
+            k
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v.kind {
+            config::ValueKind::Table(t) => flatten_config(&key, t, out),
+            config::ValueKind::Array(_) => {
+                out.insert(key, None);
+            }
+            _ => {
+                out.insert(key, v.into_string().ok());
+            }
+        }
+    }
+}
+
+fn json_to_config(value: &Json) -> config::Value {
+    let kind = match value {
+        Json::Bool(b) => config::ValueKind::Boolean(*b),
+        Json::Number(n) if n.is_f64() => config::ValueKind::Float(n.as_f64().unwrap_or_default()),
+        Json::Number(n) => config::ValueKind::I64(n.as_i64().unwrap_or_default()),
+        Json::String(s) => config::ValueKind::String(s.clone()),
+        _ => config::ValueKind::Nil,
+    };
+    config::Value::new(None, kind)
+}
+
+/// Renders settings as TOML (secrets are masked by their own types), usable
+/// as a `--config` file.
+pub fn render<S: Serialize>(settings: &S) -> String {
+    serde_json::to_value(settings)
+        .ok()
+        .and_then(|json| toml::to_string_pretty(&json).ok())
+        .unwrap_or_default()
+}
+
+/// The command-line flags every service binary shares (flatten into the
+/// binary's own `clap` parser).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ConfigArgs {
+    /// Settings file (TOML, YAML or JSON), read after the defaults and before
+    /// the environment.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Validate the settings, print the effective values (secrets masked) and
+    /// exit: 0 when valid, 1 when not.
+    #[arg(long)]
+    pub check_config: bool,
+    /// Print the built-in defaults as a settings file and exit.
+    #[arg(long)]
+    pub print_defaults: bool,
+}
+
+impl ConfigArgs {
+    /// Loads the settings from the process environment and `--config`, and
+    /// handles `--print-defaults` and `--check-config`.
+    ///
+    /// # Errors
+    /// The exit code to return from `main` when the process should stop here:
+    /// success after printing, failure (with the reasons on stderr) when the
+    /// settings are invalid.
+    pub fn load<S: Settings>(&self, service: &str) -> Result<S, ExitCode> {
+        if self.print_defaults {
+            print!("{}", defaults_document::<S>(service));
+            return Err(ExitCode::SUCCESS);
+        }
+        match Loader::from_process(self.config.as_deref()).load::<S>() {
+            Ok(settings) if self.check_config => {
+                println!("# {service}: settings are valid; effective values:");
+                print!("{}", render(&settings));
+                Err(ExitCode::SUCCESS)
+            }
+            Ok(settings) => Ok(settings),
+            Err(e) => {
+                eprintln!("{service}: {e}");
+                Err(ExitCode::FAILURE)
+            }
+        }
+    }
+}
+
+/// The `--print-defaults` document: the defaults as TOML, with a header
+/// explaining how keys map to environment variables.
+pub fn defaults_document<S: Settings>(service: &str) -> String {
+    format!(
+        "# {service}: built-in defaults. Key a.b.c is environment variable A__B__C;\n\
+         # top-level keys are plain (DATABASE_URL).\n{}",
+        render(&S::default())
+    )
+}
+
+impl fmt::Display for ConfigArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.config {
+            Some(p) => write!(f, "--config {}", p.display()),
+            None => f.write_str("(no settings file)"),
+        }
+    }
+}
+
+/// Settings shared by every service's admin surface and logs.
+pub mod common {
+    use serde::{Deserialize, Serialize};
+
+    use super::{Seconds, Validator};
+
+    /// How logs are written.
+    #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+    #[serde(default)]
+    pub struct LogSettings {
+        /// `auto` (human on a terminal, JSON otherwise), `text` or `json`.
+        pub format: String,
+        /// A `tracing` filter, for example `info,sqlx=warn`.
+        pub level: String,
+    }
+
+    impl Default for LogSettings {
+        fn default() -> Self {
+            Self {
+                format: "auto".into(),
+                level: "info,sqlx=warn,h2=warn,tower=warn,hyper=warn".into(),
+            }
+        }
+    }
+
+    impl LogSettings {
+        /// Validates under `prefix` (`log`).
+        pub fn validate(&self, prefix: &str, v: &mut Validator) {
+            v.one_of(
+                &format!("{prefix}.format"),
+                &self.format,
+                &["auto", "text", "json"],
+            );
+        }
+    }
+
+    /// The database pool (SPEC §1: one database per service).
+    #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+    #[serde(default)]
+    pub struct PoolSettings {
+        /// Most connections open at once.
+        pub max_connections: u32,
+        /// How long a query waits for a free connection before the request
+        /// fails with 503 / UNAVAILABLE.
+        pub acquire_timeout_seconds: Seconds,
+        /// Upper bound of any one statement (Postgres `statement_timeout`).
+        pub statement_timeout_seconds: Seconds,
+        /// How long start-up keeps retrying the database before giving up.
+        pub startup_timeout_seconds: Seconds,
+    }
+
+    impl Default for PoolSettings {
+        fn default() -> Self {
+            Self {
+                max_connections: 10,
+                acquire_timeout_seconds: Seconds::new(2.0),
+                statement_timeout_seconds: Seconds::new(5.0),
+                startup_timeout_seconds: Seconds::new(30.0),
+            }
+        }
+    }
+
+    impl PoolSettings {
+        /// Validates under `prefix` (`database`).
+        pub fn validate(&self, prefix: &str, v: &mut Validator) {
+            v.number(
+                &format!("{prefix}.max_connections"),
+                self.max_connections,
+                1..=1000,
+            );
+            v.seconds(
+                &format!("{prefix}.acquire_timeout_seconds"),
+                self.acquire_timeout_seconds,
+                0.01..=60.0,
+            );
+            v.seconds(
+                &format!("{prefix}.statement_timeout_seconds"),
+                self.statement_timeout_seconds,
+                0.01..=600.0,
+            );
+            v.seconds(
+                &format!("{prefix}.startup_timeout_seconds"),
+                self.startup_timeout_seconds,
+                0.0..=3600.0,
+            );
+        }
+    }
+
+    /// The shared retry budget (SPEC §5): retries may add at most `ratio` of
+    /// the requests seen in the last `window_seconds`, plus
+    /// `min_retries_per_window`. One budget per downstream target.
+    #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+    #[serde(default)]
+    pub struct RetryBudgetSettings {
+        /// Retries allowed per request seen, 0..=1.
+        pub ratio: f64,
+        /// Retries always allowed per window, so a quiet service can retry.
+        pub min_retries_per_window: u32,
+        /// Length of the sliding window.
+        pub window_seconds: Seconds,
+    }
+
+    impl Default for RetryBudgetSettings {
+        fn default() -> Self {
+            Self {
+                ratio: 0.2,
+                min_retries_per_window: 10,
+                window_seconds: Seconds::new(10.0),
+            }
+        }
+    }
+
+    impl RetryBudgetSettings {
+        /// Validates under `prefix` (`resilience.retry_budget`).
+        pub fn validate(&self, prefix: &str, v: &mut Validator) {
+            v.ratio(&format!("{prefix}.ratio"), self.ratio, 0.0..=1.0);
+            v.number(
+                &format!("{prefix}.min_retries_per_window"),
+                self.min_retries_per_window,
+                0..=100_000,
+            );
+            v.seconds(
+                &format!("{prefix}.window_seconds"),
+                self.window_seconds,
+                1.0..=3600.0,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Serialize, Deserialize, PartialEq)]
+    #[serde(default)]
+    struct Demo {
+        listen_addr: std::net::SocketAddr,
+        admin_token: Secret,
+        database_url: SecretUrl,
+        retry_budget: common::RetryBudgetSettings,
+        inner: Inner,
+    }
+
+    #[derive(Debug, Serialize, Deserialize, PartialEq)]
+    #[serde(default)]
+    struct Inner {
+        timeout_seconds: Seconds,
+        max_retries: u32,
+    }
+
+    impl Default for Inner {
+        fn default() -> Self {
+            Self {
+                timeout_seconds: Seconds::new(3.0),
+                max_retries: 2,
+            }
+        }
+    }
+
+    impl Default for Demo {
+        fn default() -> Self {
+            Self {
+                listen_addr: ([127, 0, 0, 1], 8080).into(),
+                admin_token: Secret::default(),
+                database_url: SecretUrl::new("sqlite:demo.db"),
+                retry_budget: Default::default(),
+                inner: Inner::default(),
+            }
+        }
+    }
+
+    impl Settings for Demo {
+        fn validate(&self, v: &mut Validator) {
+            v.seconds(
+                "inner.timeout_seconds",
+                self.inner.timeout_seconds,
+                0.001..=60.0,
+            );
+            v.number("inner.max_retries", self.inner.max_retries, 0..=10);
+            self.retry_budget.validate("retry_budget", v);
+        }
+    }
+
+    fn errors(result: Result<Demo, SettingsError>) -> Vec<SettingError> {
+        match result {
+            Err(SettingsError::Invalid(e)) => e,
+            other => panic!("expected invalid settings, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_load() {
+        let s: Demo = Loader::new().load().unwrap();
+        assert_eq!(s, Demo::default());
+    }
+
+    #[test]
+    fn file_then_environment_override_in_that_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.toml");
+        std::fs::write(
+            &path,
+            "listen_addr = \"0.0.0.0:1\"\n[inner]\ntimeout_seconds = 1.5\nmax_retries = 4\n",
+        )
+        .unwrap();
+        let s: Demo = Loader::new()
+            .file(&path)
+            .env([
+                ("INNER__MAX_RETRIES", "7"),
+                ("PATH", "/usr/bin"),
+                ("UNRELATED__THING", "x"),
+            ])
+            .load()
+            .unwrap();
+        assert_eq!(
+            s.listen_addr,
+            "0.0.0.0:1".parse().unwrap(),
+            "file beats default"
+        );
+        assert_eq!(
+            s.inner.timeout_seconds,
+            Seconds::new(1.5),
+            "file beats default"
+        );
+        assert_eq!(s.inner.max_retries, 7, "environment beats file");
+        assert_eq!(s.retry_budget.ratio, 0.2, "untouched keys keep defaults");
+    }
+
+    #[test]
+    fn invalid_values_name_key_value_and_range() {
+        let errs = errors(
+            Loader::new()
+                .env([
+                    ("INNER__TIMEOUT_SECONDS", "0"),
+                    ("INNER__MAX_RETRIES", "11"),
+                    ("RETRY_BUDGET__RATIO", "1.5"),
+                ])
+                .load(),
+        );
+        let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "inner.timeout_seconds (env INNER__TIMEOUT_SECONDS) = 0: must be between 0.001 and 60 seconds",
+                "inner.max_retries (env INNER__MAX_RETRIES) = 11: must be between 0 and 10",
+                "retry_budget.ratio (env RETRY_BUDGET__RATIO) = 1.5: must be between 0 and 1",
+            ]
+        );
+    }
+
+    #[test]
+    fn wrong_types_are_reported_together() {
+        let errs = errors(
+            Loader::new()
+                .env([
+                    ("INNER__MAX_RETRIES", "two"),
+                    ("INNER__TIMEOUT_SECONDS", "soon"),
+                ])
+                .load(),
+        );
+        assert_eq!(errs.len(), 2);
+        assert_eq!(errs[0].allowed, "must be a whole number");
+        assert_eq!(errs[1].allowed, "must be a number");
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_from_file_and_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.toml");
+        std::fs::write(&path, "[inner]\ntimeout_secs = 1\n").unwrap();
+        let errs = errors(
+            Loader::new()
+                .file(&path)
+                .env([("RETRY_BUDGET__RATION", "0.1")])
+                .load(),
+        );
+        let keys: Vec<&str> = errs.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(keys, ["inner.timeout_secs", "retry_budget.ration"]);
+        assert!(errs.iter().all(|e| e.allowed.starts_with("unknown key")));
+    }
+
+    #[test]
+    fn rendered_settings_mask_secrets() {
+        let s: Demo = Loader::new()
+            .env([
+                ("ADMIN_TOKEN", "s3cret-token"),
+                ("DATABASE_URL", "postgres://app:pa55word@db/x"),
+            ])
+            .load()
+            .unwrap();
+        assert_eq!(s.admin_token.expose(), "s3cret-token");
+        let out = render(&s);
+        assert!(
+            !out.contains("s3cret-token") && !out.contains("pa55word"),
+            "{out}"
+        );
+        assert!(out.contains("admin_token = \"********\""), "{out}");
+        assert!(out.contains("postgres://app:********@db/x"), "{out}");
+    }
+
+    #[test]
+    fn defaults_document_round_trips_as_a_settings_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("defaults.toml");
+        std::fs::write(&path, defaults_document::<Demo>("demo")).unwrap();
+        let s: Demo = Loader::new().file(&path).load().unwrap();
+        assert_eq!(s, Demo::default());
+    }
+}

@@ -1,0 +1,141 @@
+//! Logs, traces and metrics for one process.
+//!
+//! - Logs: `tracing`, human-readable on a terminal, JSON otherwise (or as
+//!   the `log.format` setting says).
+//! - Traces: when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans are exported
+//!   over OTLP/gRPC. The W3C trace-context propagator is always installed, so
+//!   `traceparent` travels even when nothing is exported.
+//! - Metrics: one Prometheus recorder per process, rendered by the admin
+//!   listener. In the embedded launcher the four services share it.
+
+use std::{io::IsTerminal, sync::OnceLock};
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use opentelemetry::{global, trace::TracerProvider as _};
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::{Resource, propagation::TraceContextPropagator, trace::SdkTracerProvider};
+use tracing_subscriber::{EnvFilter, Layer, layer::SubscriberExt, util::SubscriberInitExt};
+
+use crate::settings::common::LogSettings;
+
+/// Buckets (seconds) of every request-duration histogram: 1 ms to 30 s.
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Keeps the trace exporter alive; flushes it on drop.
+#[derive(Debug)]
+pub struct TelemetryGuard {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Drop for TelemetryGuard {
+    fn drop(&mut self) {
+        if let Some(provider) = self.provider.take()
+            && let Err(e) = provider.shutdown()
+        {
+            eprintln!("trace exporter shutdown: {e}");
+        }
+    }
+}
+
+/// Sets up logging and tracing for the process named `service`.
+///
+/// Call once, early in `main`. A second call (tests, the embedded launcher)
+/// keeps the first subscriber.
+///
+/// # Errors
+/// When the OTLP exporter cannot be built from `otlp_endpoint`.
+pub fn init(
+    service: &'static str,
+    log: &LogSettings,
+    otlp_endpoint: &str,
+) -> anyhow::Result<TelemetryGuard> {
+    global::set_text_map_propagator(TraceContextPropagator::new());
+    let filter = EnvFilter::try_new(&log.level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let json = match log.format.as_str() {
+        "json" => true,
+        "text" => false,
+        _ => !std::io::stderr().is_terminal(),
+    };
+    let fmt = if json {
+        tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .boxed()
+    } else {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .boxed()
+    };
+
+    let provider = if otlp_endpoint.is_empty() {
+        None
+    } else {
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(otlp_endpoint)
+            .build()?;
+        Some(
+            SdkTracerProvider::builder()
+                .with_batch_exporter(exporter)
+                .with_resource(Resource::builder().with_service_name(service).build())
+                .build(),
+        )
+    };
+    let otel = provider.as_ref().map(|p| {
+        global::set_tracer_provider(p.clone());
+        tracing_opentelemetry::layer().with_tracer(p.tracer(service))
+    });
+
+    // A second initialisation in one process keeps the first subscriber.
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(otel)
+        .try_init();
+    Ok(TelemetryGuard { provider })
+}
+
+/// The process's Prometheus recorder, installed on first use.
+///
+/// Every request-duration histogram (names ending in `_duration_seconds`)
+/// gets [`DURATION_BUCKETS`].
+pub fn prometheus() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    metrics_exporter_prometheus::Matcher::Suffix("_duration_seconds".into()),
+                    DURATION_BUCKETS,
+                )
+                .unwrap_or_else(|_| PrometheusBuilder::new());
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            // Fails only when another recorder was installed first (a test
+            // harness, say); the handle still renders what it records.
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn prometheus_renders_recorded_metrics() {
+        let handle = super::prometheus();
+        metrics::counter!("shopeasy_telemetry_selftest_total").increment(3);
+        metrics::histogram!("shopeasy_telemetry_selftest_duration_seconds").record(0.004);
+        let text = handle.render();
+        assert!(
+            text.contains("shopeasy_telemetry_selftest_total 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("shopeasy_telemetry_selftest_duration_seconds_bucket{le=\"0.005\"} 1"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,296 @@
+//! Test support for ShopEasy (a dev-dependency only).
+//!
+//! - [`postgres`]: a fresh Postgres database per test, dropped afterwards.
+//! - [`sqlite`]: a SQLite file in a temporary folder.
+//! - [`redis_url`] and [`key_prefix`]: the shared Redis, isolated by prefix;
+//!   [`PrivateRedis`]: a `redis-server` of the test's own that it may stop,
+//!   freeze (SIGSTOP) and restart.
+//!
+//! Tests that need a server read `SHOPEASY_TEST_POSTGRES` (a URL to a
+//! database the test user may create databases from) and
+//! `SHOPEASY_TEST_REDIS`. When a variable is unset the helper prints one line
+//! saying the test was skipped and why, and returns `None` — unless
+//! `SHOPEASY_REQUIRE_SERVICES=1`, when it panics, so CI cannot skip silently.
+
+use std::{
+    net::{SocketAddr, TcpListener},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use sqlx::{Connection, Executor, PgConnection};
+
+/// Variable naming the Postgres server for tests.
+pub const POSTGRES_VAR: &str = "SHOPEASY_TEST_POSTGRES";
+/// Variable naming the Redis server for tests.
+pub const REDIS_VAR: &str = "SHOPEASY_TEST_REDIS";
+/// Variable that turns a skip into a failure.
+pub const REQUIRE_VAR: &str = "SHOPEASY_REQUIRE_SERVICES";
+
+fn required() -> bool {
+    std::env::var(REQUIRE_VAR).is_ok_and(|v| v == "1")
+}
+
+/// Announces a skipped test, or fails it when services are required.
+///
+/// # Panics
+/// When `SHOPEASY_REQUIRE_SERVICES=1`.
+pub fn skip(what: &str, reason: &str) {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("<unnamed test>")
+        .to_owned();
+    assert!(
+        !required(),
+        "{test}: {what} is required ({REQUIRE_VAR}=1) but {reason}"
+    );
+    eprintln!("SKIPPED {test}: needs {what}; {reason}");
+}
+
+/// A database of the test's own. Postgres databases are dropped when this
+/// value is dropped; SQLite files go with their temporary folder.
+#[derive(Debug)]
+pub struct TestDatabase {
+    url: String,
+    admin_url: Option<String>,
+    name: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDatabase {
+    /// The URL to give the service (`DATABASE_URL`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The database's name (Postgres) or file (SQLite).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// True for a Postgres database.
+    pub fn is_postgres(&self) -> bool {
+        self.admin_url.is_some()
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let Some(admin) = self.admin_url.clone() else {
+            return;
+        };
+        let name = self.name.clone();
+        // Drop may run inside a runtime; use a thread with its own.
+        let dropped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async {
+                let mut conn = PgConnection::connect(&admin).await.ok()?;
+                let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+                conn.execute(sqlx::AssertSqlSafe(sql)).await.ok()
+            })
+        })
+        .join();
+        if !matches!(dropped, Ok(Some(_))) {
+            eprintln!("warning: could not drop test database {}", self.name);
+        }
+    }
+}
+
+/// A fresh, empty Postgres database, or `None` (announced) when
+/// `SHOPEASY_TEST_POSTGRES` is unset.
+///
+/// # Panics
+/// When the server cannot be reached or the database cannot be created, or
+/// when the variable is unset and services are required.
+pub async fn postgres() -> Option<TestDatabase> {
+    let Ok(admin) = std::env::var(POSTGRES_VAR) else {
+        skip("Postgres", &format!("{POSTGRES_VAR} is not set"));
+        return None;
+    };
+    let name = format!("shopeasy_test_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = PgConnection::connect(&admin)
+        .await
+        .unwrap_or_else(|e| panic!("{POSTGRES_VAR}={admin}: cannot connect: {e}"));
+    conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+        .await
+        .unwrap_or_else(|e| panic!("cannot create database {name}: {e}"));
+    let mut url = url::Url::parse(&admin).expect("SHOPEASY_TEST_POSTGRES is a URL");
+    url.set_path(&name);
+    Some(TestDatabase {
+        url: url.to_string(),
+        admin_url: Some(admin),
+        name,
+        _dir: None,
+    })
+}
+
+/// A SQLite database in a fresh temporary folder.
+///
+/// # Panics
+/// When no temporary folder can be made.
+pub fn sqlite() -> TestDatabase {
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let file: PathBuf = dir.path().join("test.db");
+    TestDatabase {
+        url: format!("sqlite:{}", file.display()),
+        admin_url: None,
+        name: file.display().to_string(),
+        _dir: Some(dir),
+    }
+}
+
+/// Every backend available: SQLite always, Postgres when configured. Store
+/// contract tests loop over this.
+pub async fn all_backends() -> Vec<TestDatabase> {
+    let mut out = vec![sqlite()];
+    out.extend(postgres().await);
+    out
+}
+
+/// The shared Redis URL, or `None` (announced) when `SHOPEASY_TEST_REDIS` is
+/// unset. Isolate keys with [`key_prefix`].
+pub fn redis_url() -> Option<String> {
+    let url = std::env::var(REDIS_VAR).ok();
+    if url.is_none() {
+        skip("Redis", &format!("{REDIS_VAR} is not set"));
+    }
+    url
+}
+
+/// A key prefix no other test uses.
+pub fn key_prefix() -> String {
+    format!("test:{}:", uuid::Uuid::new_v4().simple())
+}
+
+/// A port that was free a moment ago (for servers that cannot bind port 0
+/// and report it, such as `redis-server`).
+///
+/// # Panics
+/// When no port can be bound.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A `redis-server` of the test's own on an ephemeral port, killed on drop.
+#[derive(Debug)]
+pub struct PrivateRedis {
+    child: Option<Child>,
+    port: u16,
+}
+
+impl PrivateRedis {
+    /// Starts one and waits until it answers, or returns `None` (announced)
+    /// when `redis-server` is not installed.
+    ///
+    /// # Panics
+    /// When it starts but does not answer within 5 s.
+    pub async fn start() -> Option<Self> {
+        if Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            skip("redis-server", "it is not installed");
+            return None;
+        }
+        let mut redis = Self {
+            child: None,
+            port: free_port(),
+        };
+        redis.spawn().await;
+        Some(redis)
+    }
+
+    async fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        self.child = Some(child);
+        for _ in 0..100 {
+            if self.ping().await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("private redis-server on port {} did not answer", self.port);
+    }
+
+    async fn ping(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(Ok(mut conn)) = tokio::time::timeout(
+            Duration::from_millis(200),
+            client.get_multiplexed_async_connection(),
+        )
+        .await
+        else {
+            return false;
+        };
+        let pong: Result<String, _> = redis::cmd("PING").query_async(&mut conn).await;
+        pong.is_ok()
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(child) = &self.child {
+            let ok = Command::new("kill")
+                .args([sig, &child.id().to_string()])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "kill {sig} redis-server");
+        }
+    }
+
+    /// Freezes it (SIGSTOP): connections stay open, nothing answers.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws it (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Kills it (SIGKILL); [`PrivateRedis::restart`] brings it back on the
+    /// same port.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port (empty).
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.spawn().await;
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        self.thaw();
+        self.kill();
+    }
+}
