@@ -81,3 +81,79 @@ pub async fn bind(addr: std::net::SocketAddr, what: &str) -> anyhow::Result<TcpL
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr} ({what}): {e}"))
 }
+
+/// What a service binary is, to [`run`]: its settings, how it is built, how
+/// it runs. Each service crate implements this for its `App`.
+pub trait Service: Sized {
+    /// The service's settings type.
+    type Settings: crate::settings::Settings;
+
+    /// The binary's name (`shopeasy-inventory`), used in logs and traces.
+    const NAME: &'static str;
+
+    /// Its log settings.
+    fn log(settings: &Self::Settings) -> &crate::settings::common::LogSettings;
+
+    /// Its OTLP endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`); empty for none.
+    fn otlp_endpoint(settings: &Self::Settings) -> &str;
+
+    /// Binds the listeners and connects what must be connected.
+    fn build(settings: Self::Settings) -> impl Future<Output = anyhow::Result<Self>>;
+
+    /// Serves until `shutdown` is cancelled, then drains.
+    fn run_until_stopped(
+        self,
+        shutdown: CancellationToken,
+    ) -> impl Future<Output = anyhow::Result<()>>;
+}
+
+/// The whole `main` of a service binary: loads settings (handling
+/// `--print-defaults` and `--check-config`), initialises telemetry, builds
+/// the service and runs it until SIGINT or SIGTERM.
+///
+/// Exit codes: 0 after a clean stop or a printing flag; 1 for invalid
+/// settings or a failure to start or serve (the reason is logged).
+pub fn run<S: Service>(args: &crate::settings::ConfigArgs) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let settings = match args.load::<S::Settings>(S::NAME) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{}: cannot start the async runtime: {e}", S::NAME);
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let _telemetry =
+            match crate::telemetry::init(S::NAME, S::log(&settings), S::otlp_endpoint(&settings)) {
+                Ok(guard) => guard,
+                Err(e) => {
+                    eprintln!("{}: telemetry: {e:#}", S::NAME);
+                    return ExitCode::FAILURE;
+                }
+            };
+        let result = async {
+            let shutdown = shutdown_token()?;
+            let service = S::build(settings).await?;
+            service.run_until_stopped(shutdown).await
+        }
+        .await;
+        match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(
+                    error = format!("{e:#}"),
+                    "{} stopped with an error",
+                    S::NAME
+                );
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
