@@ -123,6 +123,34 @@ pub fn prometheus() -> PrometheusHandle {
 
 #[cfg(test)]
 mod tests {
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn observe_http_counts_by_matched_route_and_status() {
+        let handle = super::prometheus();
+        let app = axum::Router::new()
+            .route("/items/{id}", axum::routing::get(|| async { "ok" }))
+            .layer(axum::middleware::from_fn_with_state(
+                "selftest",
+                super::observe_http,
+            ));
+        for path in ["/items/1", "/items/2", "/missing"] {
+            let req = http::Request::get(path)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            app.clone().oneshot(req).await.unwrap();
+        }
+        let text = handle.render();
+        assert!(
+            text.contains("shopeasy_http_server_requests_total{service=\"selftest\",route=\"/items/{id}\",method=\"GET\",status=\"200\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("route=\"unmatched\",method=\"GET\",status=\"404\"} 1"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn prometheus_renders_recorded_metrics() {
         let handle = super::prometheus();
@@ -138,4 +166,93 @@ mod tests {
             "{text}"
         );
     }
+}
+
+/// Reads W3C trace context from HTTP headers (for the propagator).
+#[derive(Debug)]
+pub struct HeaderExtractor<'a>(pub &'a http::HeaderMap);
+
+impl opentelemetry::propagation::Extractor for HeaderExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(http::HeaderName::as_str).collect()
+    }
+}
+
+/// Writes W3C trace context into HTTP headers (for the propagator).
+#[derive(Debug)]
+pub struct HeaderInjector<'a>(pub &'a mut http::HeaderMap);
+
+impl opentelemetry::propagation::Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(key.as_bytes()),
+            http::HeaderValue::from_str(&value),
+        ) {
+            self.0.insert(name, value);
+        }
+    }
+}
+
+/// Makes `span`'s parent the trace context carried by `headers`
+/// (`traceparent`), if any.
+pub fn set_parent_from(span: &tracing::Span, headers: &http::HeaderMap) {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let parent = global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)));
+    let _ = span.set_parent(parent);
+}
+
+/// Writes the current span's trace context (`traceparent`) into `headers`,
+/// for an outgoing request.
+pub fn inject_current(headers: &mut http::HeaderMap) {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let context = tracing::Span::current().context();
+    global::get_text_map_propagator(|p| p.inject_context(&context, &mut HeaderInjector(headers)));
+}
+
+/// axum middleware for every public HTTP listener: a server span whose parent
+/// is the caller's `traceparent`, and the request metrics
+/// `shopeasy_http_server_requests_total{service,route,method,status}` and
+/// `shopeasy_http_server_request_duration_seconds{service,route,method,status}`.
+///
+/// ```ignore
+/// router.layer(axum::middleware::from_fn_with_state("shopeasy-product", telemetry::observe_http))
+/// ```
+pub async fn observe_http(
+    axum::extract::State(service): axum::extract::State<&'static str>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use tracing::Instrument;
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let span = tracing::info_span!(
+        "http.server",
+        otel.kind = "server",
+        service,
+        http.request.method = %method,
+        http.route = %route,
+        http.response.status_code = tracing::field::Empty,
+    );
+    set_parent_from(&span, request.headers());
+    let started = tokio::time::Instant::now();
+    let response = next.run(request).instrument(span.clone()).await;
+    let status = response.status().as_u16().to_string();
+    span.record("http.response.status_code", status.as_str());
+    let labels = [
+        ("service", service.to_owned()),
+        ("route", route),
+        ("method", method),
+        ("status", status),
+    ];
+    metrics::counter!("shopeasy_http_server_requests_total", &labels).increment(1);
+    metrics::histogram!("shopeasy_http_server_request_duration_seconds", &labels)
+        .record(started.elapsed().as_secs_f64());
+    response
 }
