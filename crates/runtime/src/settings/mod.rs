@@ -72,6 +72,7 @@ fn list(errors: &[SettingError]) -> String {
 pub struct Loader {
     file: Option<PathBuf>,
     env: Vec<(String, String)>,
+    tolerated: Vec<String>,
 }
 
 impl Loader {
@@ -108,6 +109,15 @@ impl Loader {
         self
     }
 
+    /// Keys that are not this type's but are not errors either: skipped
+    /// silently. The embedded launcher passes the keys of every service it
+    /// runs, so one file or environment can configure them all while a typo
+    /// is still caught.
+    pub fn tolerate(mut self, keys: impl IntoIterator<Item = String>) -> Self {
+        self.tolerated.extend(keys);
+        self
+    }
+
     /// Merges defaults, file and environment, then validates.
     ///
     /// # Errors
@@ -138,10 +148,22 @@ impl Loader {
             })?;
             let mut flat = BTreeMap::new();
             flatten_config("", table, &mut flat);
+            let mut file_values = config::Config::builder();
             for (key, value) in flat {
+                if !defaults.contains_key(&key) && self.tolerated.contains(&key) {
+                    continue;
+                }
                 check_value(&defaults, &key, value.as_deref(), &mut errors);
+                if let Some(value) = value {
+                    file_values = file_values
+                        .set_override(key.as_str(), value)
+                        .map_err(|e| invalid(&key, "", e.to_string()))?;
+                }
             }
-            builder = builder.add_source(file);
+            builder = builder.add_source(file_values.build().map_err(|e| SettingsError::File {
+                path: path.clone(),
+                message: e.to_string(),
+            })?);
         }
 
         let sections = sections(&defaults);
@@ -149,6 +171,9 @@ impl Loader {
             let Some(key) = env_key(name, &defaults, &sections) else {
                 continue;
             };
+            if !defaults.contains_key(&key) && self.tolerated.contains(&key) {
+                continue;
+            }
             check_value(&defaults, &key, Some(value), &mut errors);
             builder = builder
                 .set_override(key.as_str(), value.as_str())
@@ -171,6 +196,13 @@ impl Loader {
             Err(SettingsError::Invalid(errors))
         }
     }
+}
+
+/// Every key of a settings type, dotted (`resilience.inventory.timeout_seconds`).
+pub fn keys<S: Settings>() -> Vec<String> {
+    flatten_json(&serde_json::to_value(S::default()).unwrap_or(Json::Null))
+        .into_keys()
+        .collect()
 }
 
 fn invalid(key: &str, value: &str, allowed: String) -> SettingsError {
@@ -653,6 +685,26 @@ mod tests {
         let keys: Vec<&str> = errs.iter().map(|e| e.key.as_str()).collect();
         assert_eq!(keys, ["inner.timeout_secs", "retry_budget.ration"]);
         assert!(errs.iter().all(|e| e.allowed.starts_with("unknown key")));
+    }
+
+    #[test]
+    fn tolerated_keys_are_skipped_but_typos_still_fail() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.toml");
+        std::fs::write(&path, "[inner]\nother_service_key = 1\nmax_retries = 3\n").unwrap();
+        let loader = Loader::new().file(&path).tolerate([
+            "inner.other_service_key".to_owned(),
+            "inner.elsewhere".to_owned(),
+        ]);
+        let s: Demo = loader
+            .clone()
+            .env([("INNER__ELSEWHERE", "x")])
+            .load()
+            .unwrap();
+        assert_eq!(s.inner.max_retries, 3);
+        let errs = errors(loader.env([("INNER__ELSEWHER", "x")]).load());
+        assert_eq!(errs[0].key, "inner.elsewher");
+        assert!(keys::<Demo>().contains(&"inner.max_retries".to_owned()));
     }
 
     #[test]

@@ -1,0 +1,376 @@
+//! `shopeasy load`: an open-loop load generator for a running ShopEasy.
+//!
+//! Open loop: requests are sent on a fixed schedule (`rate` per second)
+//! whether or not earlier ones have answered, and each latency is measured
+//! from the request's *intended* send time. A closed-loop tool that waits for
+//! answers before sending hides a stalled server (coordinated omission); this
+//! one does not.
+
+use std::{collections::BTreeMap, fmt, sync::Arc, time::Duration};
+
+use rand::{Rng, SeedableRng, rngs::SmallRng};
+use serde_json::json;
+use tokio::{sync::Mutex, time::Instant};
+
+/// What to run.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadArgs {
+    /// The gateway's base URL.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub target: String,
+    /// Requests per second.
+    #[arg(long, default_value_t = 200.0)]
+    pub rate: f64,
+    /// How long to send, in seconds.
+    #[arg(long, default_value_t = 30.0)]
+    pub duration: f64,
+    /// Share of reads (the rest are orders), 0..=1.
+    #[arg(long, default_value_t = 0.8)]
+    pub read_ratio: f64,
+    /// Fail (exit 1) when more than this share of requests errs (5xx or no
+    /// answer), 0..=1.
+    #[arg(long)]
+    pub max_error_rate: Option<f64>,
+    /// Fail (exit 1) when the 99th percentile latency exceeds this many
+    /// milliseconds.
+    #[arg(long)]
+    pub p99: Option<f64>,
+    /// Per-request timeout in seconds (a request without an answer by then is
+    /// an error).
+    #[arg(long, default_value_t = 10.0)]
+    pub timeout: f64,
+    /// Seed of the request mix.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print no progress line.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// What one request did.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    read: bool,
+    /// HTTP status, or 0 for no answer.
+    status: u16,
+    latency: Duration,
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// Requests sent.
+    pub sent: usize,
+    /// Requests that erred (5xx or no answer).
+    pub errors: usize,
+    /// Count per status (`0` = no answer).
+    pub statuses: BTreeMap<u16, usize>,
+    /// Latency percentiles: p50, p90, p99, p99.9, max.
+    pub percentiles: [(f64, Duration); 5],
+    /// Achieved send rate per second.
+    pub achieved_rate: f64,
+}
+
+impl Summary {
+    fn from_samples(samples: &[Sample], elapsed: Duration) -> Self {
+        let mut latencies: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
+        latencies.sort_unstable();
+        let at = |q: f64| -> Duration {
+            if latencies.is_empty() {
+                return Duration::ZERO;
+            }
+            let rank = ((q * latencies.len() as f64).ceil() as usize).clamp(1, latencies.len());
+            latencies[rank - 1]
+        };
+        let mut statuses = BTreeMap::new();
+        for s in samples {
+            *statuses.entry(s.status).or_default() += 1;
+        }
+        Self {
+            sent: samples.len(),
+            errors: samples
+                .iter()
+                .filter(|s| s.status == 0 || s.status >= 500)
+                .count(),
+            statuses,
+            percentiles: [
+                (50.0, at(0.50)),
+                (90.0, at(0.90)),
+                (99.0, at(0.99)),
+                (99.9, at(0.999)),
+                (100.0, at(1.0)),
+            ],
+            achieved_rate: samples.len() as f64 / elapsed.as_secs_f64().max(1e-9),
+        }
+    }
+
+    /// The share of requests that erred.
+    pub fn error_rate(&self) -> f64 {
+        if self.sent == 0 {
+            0.0
+        } else {
+            self.errors as f64 / self.sent as f64
+        }
+    }
+
+    /// The 99th percentile latency.
+    pub fn p99(&self) -> Duration {
+        self.percentiles[2].1
+    }
+
+    /// The gates that failed, each as a sentence; empty when all passed.
+    pub fn failed_gates(&self, args: &LoadArgs) -> Vec<String> {
+        let mut failed = Vec::new();
+        if let Some(max) = args.max_error_rate
+            && self.error_rate() > max
+        {
+            failed.push(format!(
+                "error rate {:.2}% is above --max-error-rate {:.2}%",
+                self.error_rate() * 100.0,
+                max * 100.0
+            ));
+        }
+        if let Some(p99) = args.p99
+            && self.p99().as_secs_f64() * 1000.0 > p99
+        {
+            failed.push(format!(
+                "p99 {:.1} ms is above --p99 {p99} ms",
+                self.p99().as_secs_f64() * 1000.0
+            ));
+        }
+        if self.sent == 0 {
+            failed.push("no request was sent".to_owned());
+        }
+        failed
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "sent {} requests ({:.1}/s), errors {} ({:.2}%)",
+            self.sent,
+            self.achieved_rate,
+            self.errors,
+            self.error_rate() * 100.0
+        )?;
+        writeln!(f, "{:>10} | {:>12}", "percentile", "latency (ms)")?;
+        for (q, d) in &self.percentiles {
+            let name = if *q >= 100.0 {
+                "max".to_owned()
+            } else {
+                format!("p{q}")
+            };
+            writeln!(f, "{name:>10} | {:>12.2}", d.as_secs_f64() * 1000.0)?;
+        }
+        writeln!(f, "{:>10} | {:>12}", "status", "count")?;
+        for (status, n) in &self.statuses {
+            let name = if *status == 0 {
+                "no answer".to_owned()
+            } else {
+                status.to_string()
+            };
+            writeln!(f, "{name:>10} | {n:>12}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs the load and returns its summary.
+///
+/// # Errors
+/// When the arguments are out of range or the catalogue cannot be read to
+/// pick products from.
+pub async fn run(args: &LoadArgs) -> anyhow::Result<Summary> {
+    anyhow::ensure!(
+        args.rate > 0.0 && args.rate <= 100_000.0,
+        "--rate must be in (0, 100000]"
+    );
+    anyhow::ensure!(
+        args.duration > 0.0 && args.duration <= 86_400.0,
+        "--duration must be in (0, 86400]"
+    );
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&args.read_ratio),
+        "--read-ratio must be in [0, 1]"
+    );
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs_f64(args.timeout))
+        .pool_max_idle_per_host(256)
+        .build()?;
+    let base = args.target.trim_end_matches('/').to_owned();
+    let products = product_ids(&client, &base).await.unwrap_or_default();
+
+    let total = (args.rate * args.duration).round() as usize;
+    let interval = Duration::from_secs_f64(1.0 / args.rate);
+    let samples = Arc::new(Mutex::new(Vec::with_capacity(total)));
+    let mut rng = SmallRng::seed_from_u64(args.seed);
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut next_progress = start + Duration::from_secs(1);
+    for i in 0..total {
+        let intended = start + interval.mul_f64(i as f64);
+        tokio::time::sleep_until(intended).await;
+        let read = products.is_empty() || rng.random_bool(args.read_ratio);
+        let request = if read {
+            match products.len() {
+                0 => client.get(format!("{base}/api/products?limit=20")),
+                n => client.get(format!(
+                    "{base}/api/products/{}",
+                    products[rng.random_range(0..n)]
+                )),
+            }
+        } else {
+            let product = &products[rng.random_range(0..products.len())];
+            client
+                .post(format!("{base}/api/orders"))
+                .header("idempotency-key", uuid::Uuid::new_v4().to_string())
+                .json(&json!({
+                    "customer_id": format!("load-{}", rng.random_range(0..100)),
+                    "items": [{"product_id": product, "quantity": 1}],
+                }))
+        };
+        let sink = samples.clone();
+        tasks.spawn(async move {
+            let status = match request.send().await {
+                Ok(res) => {
+                    let status = res.status().as_u16();
+                    // Read the body: the latency includes it.
+                    let _ = res.bytes().await;
+                    status
+                }
+                Err(_) => 0,
+            };
+            sink.lock().await.push(Sample {
+                read,
+                status,
+                latency: intended.elapsed(),
+            });
+        });
+        while tasks.try_join_next().is_some() {}
+        if !args.quiet && Instant::now() >= next_progress {
+            next_progress += Duration::from_secs(1);
+            let done = samples.lock().await;
+            let errors = done
+                .iter()
+                .filter(|s| s.status == 0 || s.status >= 500)
+                .count();
+            eprint!(
+                "\r{:>5.1}s  sent {:>7}  answered {:>7}  errors {:>5}  in flight {:>5}",
+                start.elapsed().as_secs_f64(),
+                i + 1,
+                done.len(),
+                errors,
+                tasks.len()
+            );
+        }
+    }
+    let elapsed = start.elapsed();
+    while tasks.join_next().await.is_some() {}
+    if !args.quiet {
+        eprintln!();
+    }
+    let samples = samples.lock().await;
+    let reads = samples.iter().filter(|s| s.read).count();
+    let summary = Summary::from_samples(&samples, elapsed);
+    if !args.quiet {
+        eprintln!("mix: {reads} reads, {} orders", samples.len() - reads);
+    }
+    Ok(summary)
+}
+
+async fn product_ids(client: &reqwest::Client, base: &str) -> anyhow::Result<Vec<String>> {
+    let page: serde_json::Value = client
+        .get(format!("{base}/api/products?limit=100"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    Ok(page["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|p| p["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(target: String) -> LoadArgs {
+        LoadArgs {
+            target,
+            rate: 200.0,
+            duration: 0.5,
+            read_ratio: 1.0,
+            max_error_rate: Some(0.01),
+            p99: Some(1000.0),
+            timeout: 2.0,
+            seed: 7,
+            quiet: true,
+        }
+    }
+
+    async fn stub(fail_every: usize, delay: Duration) -> String {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let n = Arc::new(AtomicUsize::new(0));
+        let app = axum::Router::new().route(
+            "/api/products",
+            axum::routing::get(move || {
+                let n = n.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    tokio::time::sleep(delay).await;
+                    if fail_every > 0 && n % fail_every == 1 {
+                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "{}")
+                    } else {
+                        (
+                            axum::http::StatusCode::OK,
+                            r#"{"items":[],"next_cursor":null}"#,
+                        )
+                    }
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn a_healthy_target_passes_the_gates() {
+        let args = args(stub(0, Duration::ZERO).await);
+        let summary = run(&args).await.unwrap();
+        assert_eq!(summary.sent, 100);
+        assert_eq!(summary.statuses.get(&200), Some(&100), "{summary}");
+        assert!(summary.failed_gates(&args).is_empty(), "{summary}");
+        let table = summary.to_string();
+        assert!(table.contains("p99") && table.contains("200 |"), "{table}");
+    }
+
+    #[tokio::test]
+    async fn errors_above_the_gate_fail_the_run() {
+        let args = args(stub(4, Duration::ZERO).await);
+        let summary = run(&args).await.unwrap();
+        assert!(summary.error_rate() > 0.2, "{summary}");
+        let failed = summary.failed_gates(&args);
+        assert_eq!(failed.len(), 1, "{failed:?}");
+        assert!(failed[0].starts_with("error rate"), "{failed:?}");
+    }
+
+    #[tokio::test]
+    async fn latency_above_the_gate_fails_the_run() {
+        let mut args = args(stub(0, Duration::from_millis(60)).await);
+        args.p99 = Some(20.0);
+        let summary = run(&args).await.unwrap();
+        assert!(summary.p99() >= Duration::from_millis(60), "{summary}");
+        let failed = summary.failed_gates(&args);
+        assert!(failed.iter().any(|f| f.starts_with("p99")), "{failed:?}");
+    }
+}
