@@ -1,7 +1,15 @@
 //! The ShopEasy launcher.
 //!
 //! `shopeasy` (the workspace's default `cargo run` target) runs the whole
-//! system in one process — embedded mode, SPEC §2 — and `shopeasy load`
-//! drives a running system with an open-loop load.
+//! system in one process — embedded mode, SPEC §2: the four services on
+//! SQLite under a data folder, in-process caches, a fault proxy on every
+//! service-to-service edge, and the Toxiproxy-compatible API to break them.
+//! `shopeasy load` drives a running system with an open-loop load.
+//!
+//! - [`system`]: starting and stopping the embedded system.
+//! - [`seed`]: the demo catalogue written on first start.
+//! - [`load`]: the load generator.
 
 pub mod load;
+pub mod seed;
+pub mod system;

@@ -1,41 +1,96 @@
 //! `shopeasy`: run the whole system, or load it.
 
-use std::process::ExitCode;
+use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-use shopeasy::load::{self, LoadArgs};
+use shopeasy::{
+    load::{self, LoadArgs},
+    system::{Options, System},
+};
+use shopeasy_runtime::settings::common::LogSettings;
 
-/// ShopEasy: the whole system in one process, or a load generator.
+/// ShopEasy in one process: the gateway (:8080), product (:8081), order
+/// (:8082) and inventory (gRPC :50051) services on SQLite, with a fault proxy
+/// on every service-to-service edge and the Toxiproxy-compatible API on
+/// :8474. Settings come from the environment (A__B__C for key a.b.c) and
+/// --config, and reach every service.
 #[derive(Debug, Parser)]
-#[command(name = "shopeasy", version, about)]
+#[command(name = "shopeasy", version, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// Folder of the SQLite databases (kept across restarts).
+    #[arg(long, value_name = "DIR", default_value = ".shopeasy", global = true)]
+    data_dir: PathBuf,
+    /// Settings file (TOML, YAML or JSON) read by every service.
+    #[arg(long, value_name = "FILE", global = true)]
+    config: Option<PathBuf>,
+    /// Validate every service's settings and exit.
+    #[arg(long)]
+    check_config: bool,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Send an open-loop load to a running ShopEasy and print a summary.
+    /// Send an open-loop load to a running ShopEasy and print a summary
+    /// (exit 1 when a gate fails).
     Load(LoadArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let Ok(runtime) = tokio::runtime::Runtime::new() else {
+        eprintln!("shopeasy: cannot start the async runtime");
+        return ExitCode::FAILURE;
+    };
     match cli.command {
-        Some(Command::Load(args)) => run_load(&args),
-        None => {
-            eprintln!("the embedded system is not wired yet");
+        Some(Command::Load(args)) => runtime.block_on(run_load(&args)),
+        None => runtime.block_on(run_system(cli)),
+    }
+}
+
+async fn run_system(cli: Cli) -> ExitCode {
+    let mut options = Options::new(&cli.data_dir);
+    options.config = cli.config;
+    if cli.check_config {
+        return match shopeasy::system::check_settings(&options) {
+            Ok(()) => {
+                println!("settings are valid for all four services");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("shopeasy: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let _telemetry = shopeasy_runtime::telemetry::init("shopeasy", &LogSettings::default(), "");
+    let stop = match shopeasy_runtime::lifecycle::shutdown_signal() {
+        Ok(stop) => stop,
+        Err(e) => {
+            eprintln!("shopeasy: cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let system = match System::start(options).await {
+        Ok(system) => system,
+        Err(e) => {
+            eprintln!("shopeasy: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{}", system.banner());
+    match system.run_until(stop).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shopeasy: {e:#}");
             ExitCode::FAILURE
         }
     }
 }
 
-fn run_load(args: &LoadArgs) -> ExitCode {
-    let Ok(runtime) = tokio::runtime::Runtime::new() else {
-        eprintln!("cannot start the async runtime");
-        return ExitCode::FAILURE;
-    };
-    match runtime.block_on(load::run(args)) {
+async fn run_load(args: &LoadArgs) -> ExitCode {
+    match load::run(args).await {
         Ok(summary) => {
             print!("{summary}");
             let failed = summary.failed_gates(args);

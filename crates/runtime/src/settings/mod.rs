@@ -124,7 +124,7 @@ impl Loader {
     /// [`SettingsError::File`] when the file cannot be read;
     /// [`SettingsError::Invalid`] listing every unknown key and bad value.
     pub fn load<S: Settings>(&self) -> Result<S, SettingsError> {
-        let defaults = flatten_json(&serde_json::to_value(S::default()).unwrap_or(Json::Null));
+        let defaults = default_keys::<S>();
         let mut errors = Vec::new();
         let mut builder = config::Config::builder();
         for (key, value) in &defaults {
@@ -200,9 +200,7 @@ impl Loader {
 
 /// Every key of a settings type, dotted (`resilience.inventory.timeout_seconds`).
 pub fn keys<S: Settings>() -> Vec<String> {
-    flatten_json(&serde_json::to_value(S::default()).unwrap_or(Json::Null))
-        .into_keys()
-        .collect()
+    default_keys::<S>().into_keys().collect()
 }
 
 fn invalid(key: &str, value: &str, allowed: String) -> SettingsError {
@@ -329,6 +327,14 @@ fn json_to_config(value: &Json) -> config::Value {
         _ => config::ValueKind::Nil,
     };
     config::Value::new(None, kind)
+}
+
+/// Every key of `S` with its default value, dotted
+/// (`resilience.inventory.timeout_seconds`), exactly as [`Loader`] knows
+/// them; [`env_name`] turns a key into its variable. Deployment checks
+/// compare these with the copies in compose, `.env.example` and Kubernetes.
+pub fn default_keys<S: Settings>() -> BTreeMap<String, Json> {
+    flatten_json(&serde_json::to_value(S::default()).unwrap_or(Json::Null))
 }
 
 /// Renders settings as TOML (secrets are masked by their own types), usable

@@ -1,0 +1,164 @@
+//! What SPEC §1 says about each service, and the defaults its code has.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value as Json;
+use shopeasy_runtime::settings::{Settings, default_keys, env_name};
+
+/// A service's settings defaults keyed by environment variable
+/// (`RESILIENCE__INVENTORY__TIMEOUT_SECONDS` → `3.0`).
+pub type Defaults = BTreeMap<String, Json>;
+
+/// The defaults of settings type `S`, by environment variable.
+pub fn defaults_of<S: Settings>() -> Defaults {
+    default_keys::<S>()
+        .into_iter()
+        .map(|(key, value)| (env_name(&key), value))
+        .collect()
+}
+
+/// One service as SPEC §1 describes it.
+#[derive(Debug, Clone)]
+pub struct ServiceSpec {
+    /// Short name: the compose service, the Kubernetes Deployment and Service.
+    pub name: &'static str,
+    /// The binary the image runs.
+    pub binary: &'static str,
+    /// The public listener's port.
+    pub public_port: u16,
+    /// `http` or `grpc`: the public listener's protocol (and port name).
+    pub protocol: &'static str,
+    /// The admin listener's port (`/metrics`, `/health/*`).
+    pub admin_port: u16,
+    /// Services and stores it calls, so must start after (compose) and may
+    /// reach (NetworkPolicy).
+    pub calls: &'static [&'static str],
+    /// The defaults in code; `None` while the service crate is not there
+    /// yet (then only ports, probes and wiring are checked).
+    pub defaults: Option<Defaults>,
+}
+
+impl ServiceSpec {
+    /// The same service with the defaults of its settings type.
+    pub fn with_defaults(mut self, defaults: Defaults) -> Self {
+        self.defaults = Some(defaults);
+        self
+    }
+}
+
+/// The four services of SPEC §1, without defaults.
+pub fn services() -> Vec<ServiceSpec> {
+    let spec = |name, public_port, protocol, admin_port, calls| ServiceSpec {
+        name,
+        binary: match name {
+            "gateway" => "shopeasy-gateway",
+            "product" => "shopeasy-product",
+            "order" => "shopeasy-order",
+            _ => "shopeasy-inventory",
+        },
+        public_port,
+        protocol,
+        admin_port,
+        calls,
+        defaults: None,
+    };
+    vec![
+        spec("gateway", 8080, "http", 9080, &["product", "order"][..]),
+        spec("product", 8081, "http", 9081, &["postgres", "redis"][..]),
+        spec(
+            "order",
+            8082,
+            "http",
+            9082,
+            &["inventory", "product", "postgres", "redis"][..],
+        ),
+        spec("inventory", 50051, "grpc", 9083, &["postgres"][..]),
+    ]
+}
+
+/// The port each backing store listens on.
+pub fn store_port(name: &str) -> Option<u16> {
+    match name {
+        "postgres" => Some(5432),
+        "redis" => Some(6379),
+        _ => None,
+    }
+}
+
+/// Whether a variable wires the service into one deployment (addresses,
+/// URLs, tokens, endpoints, log format) rather than tuning its behaviour. Wiring may
+/// be given any value; a tunable setting must repeat the code's default
+/// (compose writes it `${VAR:-default}`) so the code stays the one source.
+pub fn is_wiring(var: &str) -> bool {
+    ["_ADDR", "_URL", "_TOKEN", "_ENDPOINT"]
+        .iter()
+        .any(|suffix| var.ends_with(suffix))
+        || var == "LOG__FORMAT"
+}
+
+/// Whether `text` (as written in a deployment file) equals `default`:
+/// numbers compare as numbers (`3` equals `3.0`), anything else as text.
+pub fn same_value(default: &Json, text: &str) -> bool {
+    match default {
+        Json::Number(n) => text
+            .trim()
+            .parse::<f64>()
+            .is_ok_and(|t| n.as_f64() == Some(t)),
+        Json::Bool(b) => text.trim() == b.to_string(),
+        Json::String(s) => s == text,
+        Json::Null => text.is_empty(),
+        Json::Array(_) | Json::Object(_) => false,
+    }
+}
+
+/// How a default is written in a deployment file (`3.0` → `3`).
+pub fn display(default: &Json) -> String {
+    match default {
+        Json::Number(n) => match n.as_f64() {
+            Some(f) if f.fract() == 0.0 && f.abs() < 1e15 => format!("{f:.0}"),
+            _ => n.to_string(),
+        },
+        Json::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_compare_as_numbers_and_text_as_text() {
+        assert!(same_value(&serde_json::json!(3.0), "3"));
+        assert!(same_value(&serde_json::json!(0.2), "0.2"));
+        assert!(!same_value(&serde_json::json!(0.2), "0.25"));
+        assert!(same_value(&serde_json::json!(true), "true"));
+        assert!(same_value(&serde_json::json!(""), ""));
+        assert!(!same_value(&serde_json::json!("auto"), "json"));
+        assert_eq!(display(&serde_json::json!(30.0)), "30");
+        assert_eq!(display(&serde_json::json!(0.05)), "0.05");
+    }
+
+    #[test]
+    fn wiring_is_addresses_urls_secrets_and_log_format() {
+        for var in [
+            "DATABASE_URL",
+            "LISTEN_ADDR",
+            "ROUTES__PRODUCT_URL",
+            "INVENTORY__URL",
+            "LOG__FORMAT",
+            "ADMIN_TOKEN",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ] {
+            assert!(is_wiring(var), "{var}");
+        }
+        for var in [
+            "RESILIENCE__INVENTORY__TIMEOUT_SECONDS",
+            "LOG__LEVEL",
+            "DATABASE__MAX_CONNECTIONS",
+            "REQUEST_TIMEOUT_SECONDS",
+        ] {
+            assert!(!is_wiring(var), "{var}");
+        }
+    }
+}

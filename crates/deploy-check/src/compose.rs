@@ -1,0 +1,366 @@
+//! `docker-compose.yml` (and the Prometheus scrape config it mounts),
+//! checked against the catalogue.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value as Json;
+
+use crate::{
+    Error, Finding,
+    catalogue::{ServiceSpec, display, is_wiring, same_value},
+    interpolation, yaml,
+    yaml::scalar,
+};
+
+/// Services other than the gateway that may publish ports: the viewers.
+pub const VIEWERS: &[&str] = &["jaeger", "prometheus", "grafana"];
+
+/// A parsed compose file, YAML anchors and merge keys (`<<`) resolved.
+#[derive(Debug, Clone)]
+pub struct Compose {
+    /// The whole document as JSON.
+    pub document: Json,
+    /// Services by name.
+    pub services: BTreeMap<String, ComposeService>,
+}
+
+/// The parts of one compose service the checks read.
+#[derive(Debug, Clone, Default)]
+pub struct ComposeService {
+    /// `environment`, map or list form, values as written.
+    pub environment: BTreeMap<String, String>,
+    /// `entrypoint` followed by `command`.
+    pub command: Vec<String>,
+    /// `healthcheck.test`, if any.
+    pub healthcheck: Option<Vec<String>>,
+    /// `ports` as written (`"8080:8080"`).
+    pub ports: Vec<String>,
+    /// `depends_on`: service → condition (`service_healthy`, …).
+    pub depends_on: BTreeMap<String, String>,
+    /// `user`, as written.
+    pub user: String,
+    /// `read_only`.
+    pub read_only: bool,
+    /// `cap_drop`.
+    pub cap_drop: Vec<String>,
+}
+
+fn strings(value: &Json) -> Vec<String> {
+    match value {
+        Json::Array(items) => items.iter().map(scalar).collect(),
+        Json::Null => Vec::new(),
+        other => scalar(other)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect(),
+    }
+}
+
+impl Compose {
+    /// Parses a compose file.
+    ///
+    /// # Errors
+    /// [`Error::Parse`] when it is not YAML or has no `services` mapping.
+    pub fn parse(text: &str) -> Result<Self, Error> {
+        let document = yaml::to_json(text)?;
+        let Some(raw) = document.get("services").and_then(Json::as_object) else {
+            return Err(Error::parse("docker-compose.yml", "no `services` mapping"));
+        };
+        let services = raw
+            .iter()
+            .map(|(name, s)| (name.clone(), ComposeService::from_json(s)))
+            .collect();
+        Ok(Self { document, services })
+    }
+
+    /// Every interpolation in every string value of the file.
+    pub fn interpolations(&self) -> Vec<interpolation::Interpolation> {
+        fn walk(v: &Json, out: &mut Vec<interpolation::Interpolation>) {
+            match v {
+                Json::String(s) => out.extend(interpolation::find(s)),
+                Json::Array(a) => a.iter().for_each(|x| walk(x, out)),
+                Json::Object(o) => o.values().for_each(|x| walk(x, out)),
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.document, &mut out);
+        out
+    }
+}
+
+impl ComposeService {
+    fn from_json(s: &Json) -> Self {
+        let environment = match s.get("environment") {
+            Some(Json::Object(map)) => map.iter().map(|(k, v)| (k.clone(), scalar(v))).collect(),
+            Some(Json::Array(list)) => list
+                .iter()
+                .map(scalar)
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, v)) => (k.to_owned(), v.to_owned()),
+                    None => (kv, String::new()),
+                })
+                .collect(),
+            _ => BTreeMap::new(),
+        };
+        let mut command = s.get("entrypoint").map(strings).unwrap_or_default();
+        command.extend(s.get("command").map(strings).unwrap_or_default());
+        let depends_on = match s.get("depends_on") {
+            Some(Json::Object(map)) => map
+                .iter()
+                .map(|(k, v)| {
+                    let condition = v.get("condition").map(scalar);
+                    (
+                        k.clone(),
+                        condition.unwrap_or_else(|| "service_started".into()),
+                    )
+                })
+                .collect(),
+            Some(Json::Array(list)) => list
+                .iter()
+                .map(|v| (scalar(v), "service_started".into()))
+                .collect(),
+            _ => BTreeMap::new(),
+        };
+        Self {
+            environment,
+            command,
+            healthcheck: s
+                .get("healthcheck")
+                .and_then(|h| h.get("test"))
+                .map(strings),
+            ports: s.get("ports").map(strings).unwrap_or_default(),
+            depends_on,
+            user: s.get("user").map(scalar).unwrap_or_default(),
+            read_only: s.get("read_only") == Some(&Json::Bool(true)),
+            cap_drop: s.get("cap_drop").map(strings).unwrap_or_default(),
+        }
+    }
+}
+
+/// Checks the compose file against the catalogue: each service runs its
+/// binary, is given only settings it reads, repeats every tunable default
+/// as `${VAR:-default}` equal to the code's and lists every `resilience.*`
+/// key, listens on SPEC's ports, has a health check on its admin listener,
+/// runs as non-root on a read-only file system with no capabilities,
+/// starts after what it calls is healthy, and publishes no port unless it is
+/// the gateway or a viewer.
+pub fn check(compose: &Compose, specs: &[ServiceSpec]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for spec in specs {
+        let place = format!("docker-compose.yml: services.{}", spec.name);
+        let Some(service) = compose.services.get(spec.name) else {
+            out.push(Finding::new(&place, "service missing"));
+            continue;
+        };
+        if service.command.first().map(String::as_str) != Some(spec.binary) {
+            out.push(Finding::new(
+                &place,
+                format!("runs {:?}, expected `{}`", service.command, spec.binary),
+            ));
+        }
+        check_environment(&place, &service.environment, spec, &mut out);
+        check_listeners(&place, &service.environment, spec, &mut out);
+        let probe = format!("http://127.0.0.1:{}/health/ready", spec.admin_port);
+        match &service.healthcheck {
+            Some(test) if test.first().map(String::as_str) == Some("CMD") && test.contains(&probe) => {}
+            other => out.push(Finding::new(
+                &place,
+                format!("healthcheck.test must be exec form (\"CMD\", no shell in the image) probing {probe}; found {other:?}"),
+            )),
+        }
+        let root = service.user.is_empty()
+            || service.user == "0"
+            || service.user.starts_with("0:")
+            || service.user.starts_with("root");
+        if root || !service.read_only || !service.cap_drop.iter().any(|c| c == "ALL") {
+            out.push(Finding::new(
+                &place,
+                "must run as a non-root user with read_only: true and cap_drop: [ALL]",
+            ));
+        }
+        if spec.name == "gateway" {
+            if !service
+                .ports
+                .iter()
+                .any(|p| p.ends_with(&format!(":{}", spec.public_port)))
+            {
+                out.push(Finding::new(
+                    &place,
+                    format!("must publish port {}", spec.public_port),
+                ));
+            }
+        } else if !service.ports.is_empty() {
+            out.push(Finding::new(
+                &place,
+                format!(
+                    "publishes {:?}: only the gateway and the viewers may",
+                    service.ports
+                ),
+            ));
+        }
+        for callee in spec.calls {
+            if service.depends_on.get(*callee).map(String::as_str) != Some("service_healthy") {
+                out.push(Finding::new(
+                    &place,
+                    format!("must start after `{callee}` is healthy (depends_on: {callee}: condition: service_healthy)"),
+                ));
+            }
+        }
+    }
+    for (name, service) in &compose.services {
+        let place = format!("docker-compose.yml: services.{name}");
+        let ours = specs.iter().any(|s| s.name == name) || VIEWERS.contains(&name.as_str());
+        if !ours && !service.ports.is_empty() {
+            out.push(Finding::new(
+                &place,
+                format!(
+                    "publishes {:?}: only the gateway and the viewers may",
+                    service.ports
+                ),
+            ));
+        }
+        for (dependency, condition) in &service.depends_on {
+            let healthy = compose
+                .services
+                .get(dependency)
+                .is_some_and(|d| d.healthcheck.is_some());
+            if condition == "service_healthy" && !healthy {
+                out.push(Finding::new(
+                    &place,
+                    format!("waits for `{dependency}` to be healthy, but it has no healthcheck"),
+                ));
+            }
+        }
+    }
+    // A `${VAR:-default}` anywhere (an anchor, say) for a setting's variable
+    // must carry that setting's default for every service reading it.
+    for i in compose.interpolations() {
+        let Some(given) = &i.default else { continue };
+        for spec in specs {
+            if let Some(default) = spec.defaults.as_ref().and_then(|d| d.get(&i.var))
+                && !is_wiring(&i.var)
+                && !same_value(default, given)
+            {
+                out.push(Finding::new(
+                    "docker-compose.yml",
+                    format!(
+                        "${{{}:-{given}}} differs from {}'s default in code ({})",
+                        i.var,
+                        spec.name,
+                        display(default)
+                    ),
+                ));
+            }
+        }
+    }
+    out.sort_by(|a, b| (&a.place, &a.message).cmp(&(&b.place, &b.message)));
+    out.dedup();
+    out
+}
+
+fn check_environment(
+    place: &str,
+    environment: &BTreeMap<String, String>,
+    spec: &ServiceSpec,
+    out: &mut Vec<Finding>,
+) {
+    let Some(defaults) = &spec.defaults else {
+        return;
+    };
+    for (var, value) in environment {
+        let Some(default) = defaults.get(var) else {
+            out.push(Finding::new(
+                place,
+                format!(
+                    "{var} is not a setting {} reads (stray or misspelt)",
+                    spec.binary
+                ),
+            ));
+            continue;
+        };
+        match interpolation::own_default(var, value) {
+            Some(given) if !same_value(default, given) => out.push(Finding::new(
+                place,
+                format!(
+                    "{var}: compose default {given} differs from the default in code ({})",
+                    display(default)
+                ),
+            )),
+            Some(_) => {}
+            None if !is_wiring(var) => out.push(Finding::new(
+                place,
+                format!(
+                    "{var} = {value:?}: a tunable setting must be written ${{{var}:-{}}}",
+                    display(default)
+                ),
+            )),
+            None => {}
+        }
+    }
+    for var in defaults.keys().filter(|v| v.starts_with("RESILIENCE__")) {
+        if !environment.contains_key(var) {
+            out.push(Finding::new(
+                place,
+                format!(
+                    "{var} missing: every resilience setting is listed (${{{var}:-{}}})",
+                    display(&defaults[var])
+                ),
+            ));
+        }
+    }
+}
+
+/// The port the service will listen on: the given address, else the default.
+fn port_of(environment: &BTreeMap<String, String>, spec: &ServiceSpec, var: &str) -> Option<u16> {
+    let given = environment.get(var).cloned();
+    let default = spec.defaults.as_ref().and_then(|d| d.get(var)).map(scalar);
+    let addr = given.or(default)?;
+    let addr = interpolation::own_default(var, &addr).map_or(addr.clone(), str::to_owned);
+    addr.rsplit_once(':')?.1.parse().ok()
+}
+
+fn check_listeners(
+    place: &str,
+    environment: &BTreeMap<String, String>,
+    spec: &ServiceSpec,
+    out: &mut Vec<Finding>,
+) {
+    for (var, want) in [
+        ("LISTEN_ADDR", spec.public_port),
+        ("ADMIN_ADDR", spec.admin_port),
+    ] {
+        match port_of(environment, spec, var) {
+            Some(port) if port == want => {}
+            Some(port) => out.push(Finding::new(
+                place,
+                format!("{var} port {port}, SPEC says {want}"),
+            )),
+            None if spec.defaults.is_some() || environment.contains_key(var) => {
+                out.push(Finding::new(place, format!("{var} has no port")));
+            }
+            None => {}
+        }
+    }
+}
+
+/// Checks that Prometheus scrapes every admin listener.
+pub fn check_scrape(prometheus_yml: &str, specs: &[ServiceSpec]) -> Vec<Finding> {
+    let place = "deploy/prometheus/prometheus.yml";
+    let document = match yaml::to_json(prometheus_yml) {
+        Ok(d) => d,
+        Err(e) => return vec![Finding::new(place, e.to_string())],
+    };
+    let mut targets = BTreeSet::new();
+    for job in document["scrape_configs"].as_array().into_iter().flatten() {
+        for sc in job["static_configs"].as_array().into_iter().flatten() {
+            targets.extend(sc["targets"].as_array().into_iter().flatten().map(scalar));
+        }
+    }
+    specs
+        .iter()
+        .map(|s| format!("{}:{}", s.name, s.admin_port))
+        .filter(|t| !targets.contains(t))
+        .map(|t| Finding::new(place, format!("no scrape target {t}")))
+        .collect()
+}

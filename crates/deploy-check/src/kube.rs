@@ -1,0 +1,491 @@
+//! Kubernetes objects: loading (base files or `kubectl kustomize` output)
+//! and the checks that tie them to the catalogue and to SPEC §1's edges.
+
+use std::{collections::BTreeMap, path::Path, process::Command};
+
+use serde_json::Value as Json;
+
+use crate::{
+    Error, Finding,
+    catalogue::{ServiceSpec, display, is_wiring, same_value, store_port},
+    yaml::{self, scalar},
+};
+
+/// The label every ShopEasy object carries to name its component.
+pub const APP_LABEL: &str = "app.kubernetes.io/name";
+
+/// Reads the files a `kustomization.yaml` lists under `resources` (and,
+/// for a folder, its own kustomization), without applying patches or
+/// generators: what a base says before any overlay.
+///
+/// # Errors
+/// [`Error::Read`] or [`Error::Parse`] when a file cannot be read or parsed.
+pub fn load_kustomization(dir: &Path) -> Result<Vec<Json>, Error> {
+    let path = dir.join("kustomization.yaml");
+    let text = read(&path)?;
+    let kustomization = yaml::to_json(&text)?;
+    let mut out = Vec::new();
+    for resource in kustomization["resources"].as_array().into_iter().flatten() {
+        let resource = dir.join(scalar(resource));
+        if resource.is_dir() {
+            out.extend(load_kustomization(&resource)?);
+        } else {
+            let text = read(&resource)?;
+            out.extend(
+                yaml::documents(&text)
+                    .map_err(|e| Error::parse(resource.display().to_string(), e))?,
+            );
+        }
+    }
+    Ok(out)
+}
+
+fn read(path: &Path) -> Result<String, Error> {
+    std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Renders `dir` with `kubectl kustomize`; `None` when kubectl is not
+/// installed.
+///
+/// # Errors
+/// [`Error::Kubectl`] when kubectl fails; [`Error::Parse`] when it prints
+/// something that is not YAML.
+pub fn render(dir: &Path) -> Option<Result<Vec<Json>, Error>> {
+    let failed = |message: String| {
+        Some(Err(Error::Kubectl {
+            dir: dir.to_owned(),
+            message,
+        }))
+    };
+    let output = match Command::new("kubectl").arg("kustomize").arg(dir).output() {
+        Ok(o) => o,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => return failed(e.to_string()),
+    };
+    if !output.status.success() {
+        return failed(String::from_utf8_lossy(&output.stderr).into_owned());
+    }
+    Some(yaml::documents(&String::from_utf8_lossy(&output.stdout)))
+}
+
+/// An object's kind.
+pub fn kind(object: &Json) -> &str {
+    object["kind"].as_str().unwrap_or_default()
+}
+
+/// An object's name.
+pub fn name(object: &Json) -> &str {
+    object["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+/// The first object of `kind` named `name`.
+pub fn find<'a>(objects: &'a [Json], kind_: &str, name_: &str) -> Option<&'a Json> {
+    objects
+        .iter()
+        .find(|o| kind(o) == kind_ && name(o) == name_)
+}
+
+/// Whether every label of `selector` is on `labels`.
+fn selects(selector: &Json, labels: &Json) -> bool {
+    selector
+        .as_object()
+        .is_some_and(|s| !s.is_empty() && s.iter().all(|(k, v)| labels.get(k) == Some(v)))
+}
+
+/// A variable given to a container and where it came from.
+#[derive(Debug, Clone)]
+struct Given {
+    value: Option<String>,
+    source: String,
+}
+
+/// Every variable a container is given: `env`, then `envFrom` ConfigMaps
+/// and Secrets found among `objects`.
+fn container_env(
+    objects: &[Json],
+    container: &Json,
+    place: &str,
+    out: &mut Vec<Finding>,
+) -> BTreeMap<String, Given> {
+    let mut env = BTreeMap::new();
+    for from in container["envFrom"].as_array().into_iter().flatten() {
+        for (kind_, key) in [("ConfigMap", "configMapRef"), ("Secret", "secretRef")] {
+            let Some(reference) = from[key]["name"].as_str() else {
+                continue;
+            };
+            let Some(object) = find(objects, kind_, reference) else {
+                out.push(Finding::new(
+                    place,
+                    format!("envFrom {kind_} {reference} not found"),
+                ));
+                continue;
+            };
+            let source = format!("{kind_} {reference}");
+            for (var, value) in object["data"].as_object().into_iter().flatten() {
+                let value = (kind_ == "ConfigMap").then(|| scalar(value));
+                env.insert(
+                    var.clone(),
+                    Given {
+                        value,
+                        source: source.clone(),
+                    },
+                );
+            }
+            for (var, value) in object["stringData"].as_object().into_iter().flatten() {
+                env.insert(
+                    var.clone(),
+                    Given {
+                        value: Some(scalar(value)),
+                        source: source.clone(),
+                    },
+                );
+            }
+        }
+    }
+    for var in container["env"].as_array().into_iter().flatten() {
+        let name_ = scalar(&var["name"]);
+        let value = var.get("value").map(scalar);
+        env.insert(
+            name_,
+            Given {
+                value,
+                source: "env".into(),
+            },
+        );
+    }
+    env
+}
+
+/// Checks the Deployments, Services, ConfigMaps, PodDisruptionBudgets and
+/// NetworkPolicies against the catalogue. With `complete`, every
+/// `resilience.*` key must be given (the base repeats them all; an overlay
+/// may not need to).
+pub fn check(objects: &[Json], specs: &[ServiceSpec], complete: bool) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for spec in specs {
+        check_service(objects, spec, complete, &mut out);
+    }
+    check_network_policies(objects, specs, &mut out);
+    out
+}
+
+fn check_service(objects: &[Json], spec: &ServiceSpec, complete: bool, out: &mut Vec<Finding>) {
+    let place = format!("Deployment {}", spec.name);
+    let Some(deployment) = find(objects, "Deployment", spec.name) else {
+        out.push(Finding::new(&place, "missing"));
+        return;
+    };
+    if deployment["spec"]["replicas"].as_u64().unwrap_or(1) < 2 {
+        out.push(Finding::new(
+            &place,
+            "replicas must be at least 2 (stateless service, PodDisruptionBudget)",
+        ));
+    }
+    let pod = &deployment["spec"]["template"];
+    let labels = &pod["metadata"]["labels"];
+    if !selects(&deployment["spec"]["selector"]["matchLabels"], labels) {
+        out.push(Finding::new(
+            &place,
+            "selector does not match the pod labels",
+        ));
+    }
+    let containers = pod["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let Some(container) = containers.iter().find(|c| c["name"] == spec.name) else {
+        out.push(Finding::new(
+            &place,
+            format!("no container named {}", spec.name),
+        ));
+        return;
+    };
+    let mut command: Vec<String> = container["command"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(scalar)
+        .collect();
+    command.extend(
+        container["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(scalar),
+    );
+    if command.first().map(String::as_str) != Some(spec.binary) {
+        out.push(Finding::new(
+            &place,
+            format!("runs {command:?}, expected `{}`", spec.binary),
+        ));
+    }
+    let ports: Vec<(String, u64)> = container["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            (
+                scalar(&p["name"]),
+                p["containerPort"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    for (port_name, number) in [
+        (spec.protocol, spec.public_port),
+        ("admin", spec.admin_port),
+    ] {
+        if !ports.contains(&(port_name.to_owned(), u64::from(number))) {
+            out.push(Finding::new(
+                &place,
+                format!("needs containerPort {number} named {port_name}"),
+            ));
+        }
+    }
+    for (probe, path) in [
+        ("livenessProbe", Some("/health/live")),
+        ("readinessProbe", Some("/health/ready")),
+        ("startupProbe", None),
+    ] {
+        let get = &container[probe]["httpGet"];
+        let port_ok =
+            get["port"] == "admin" || get["port"].as_u64() == Some(u64::from(spec.admin_port));
+        let path_ok = path.map_or_else(
+            || {
+                get["path"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with("/health/"))
+            },
+            |p| get["path"] == p,
+        );
+        if !(port_ok && path_ok) {
+            out.push(Finding::new(
+                &place,
+                format!(
+                    "{probe} must be httpGet {} on the admin port",
+                    path.unwrap_or("/health/*")
+                ),
+            ));
+        }
+    }
+
+    let env = container_env(objects, container, &place, out);
+    if let Some(defaults) = &spec.defaults {
+        for (var, given) in &env {
+            let Some(default) = defaults.get(var) else {
+                out.push(Finding::new(
+                    &place,
+                    format!(
+                        "{var} (from {}) is not a setting {} reads (stray or misspelt)",
+                        given.source, spec.binary
+                    ),
+                ));
+                continue;
+            };
+            if is_wiring(var) {
+                continue;
+            }
+            match &given.value {
+                Some(v) if !same_value(default, v) => out.push(Finding::new(
+                    &place,
+                    format!(
+                        "{var}={v} (from {}) differs from the default in code ({})",
+                        given.source,
+                        display(default)
+                    ),
+                )),
+                Some(_) => {}
+                None => out.push(Finding::new(
+                    &place,
+                    format!(
+                        "{var} (from {}): tunable settings belong in a ConfigMap",
+                        given.source
+                    ),
+                )),
+            }
+        }
+        if complete {
+            for var in defaults.keys().filter(|v| v.starts_with("RESILIENCE__")) {
+                if !env.contains_key(var) {
+                    out.push(Finding::new(
+                        &place,
+                        format!(
+                            "{var} missing from its ConfigMaps ({})",
+                            display(&defaults[var])
+                        ),
+                    ));
+                }
+            }
+        }
+        for (var, want) in [
+            ("LISTEN_ADDR", spec.public_port),
+            ("ADMIN_ADDR", spec.admin_port),
+        ] {
+            let addr = env
+                .get(var)
+                .and_then(|g| g.value.clone())
+                .or_else(|| defaults.get(var).map(scalar));
+            let port = addr
+                .as_deref()
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| p.parse::<u16>().ok());
+            if port != Some(want) {
+                out.push(Finding::new(
+                    &place,
+                    format!("{var} listens on {addr:?}, SPEC says port {want}"),
+                ));
+            }
+        }
+    }
+
+    let service_place = format!("Service {}", spec.name);
+    match find(objects, "Service", spec.name) {
+        None => out.push(Finding::new(&service_place, "missing")),
+        Some(service) => {
+            if !selects(&service["spec"]["selector"], labels) {
+                out.push(Finding::new(
+                    &service_place,
+                    "selector does not match the Deployment's pods",
+                ));
+            }
+            let port_ok = service["spec"]["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|p| p["port"].as_u64() == Some(u64::from(spec.public_port)));
+            if !port_ok {
+                out.push(Finding::new(
+                    &service_place,
+                    format!("must expose port {}", spec.public_port),
+                ));
+            }
+        }
+    }
+    let pdb = objects
+        .iter()
+        .filter(|o| kind(o) == "PodDisruptionBudget")
+        .any(|o| selects(&o["spec"]["selector"]["matchLabels"], labels));
+    if !pdb {
+        out.push(Finding::new(
+            &place,
+            "no PodDisruptionBudget selects its pods",
+        ));
+    }
+}
+
+/// Which way traffic is allowed by a NetworkPolicy rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Ingress,
+    Egress,
+}
+
+/// Whether the NetworkPolicies let pods of `app` exchange traffic with
+/// pods of `peer` on `port` in `direction` (from `app`'s point of view).
+fn allowed(objects: &[Json], app: &str, direction: Direction, peer: &str, port: u16) -> bool {
+    let (types, rules, peers) = match direction {
+        Direction::Ingress => ("Ingress", "ingress", "from"),
+        Direction::Egress => ("Egress", "egress", "to"),
+    };
+    objects
+        .iter()
+        .filter(|o| kind(o) == "NetworkPolicy")
+        .filter(|p| {
+            let selector = &p["spec"]["podSelector"]["matchLabels"];
+            selector.as_object().is_none_or(serde_json::Map::is_empty) || selector[APP_LABEL] == app
+        })
+        .filter(|p| {
+            p["spec"]["policyTypes"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|t| t == types))
+        })
+        .flat_map(|p| p["spec"][rules].as_array().cloned().unwrap_or_default())
+        .any(|rule| {
+            let peer_ok = match rule[peers].as_array() {
+                None => true,
+                Some(list) => list.iter().any(|entry| {
+                    let pods = &entry["podSelector"]["matchLabels"];
+                    // An ipBlock may cover pod addresses, and a namespace
+                    // selector alone admits every pod it selects: both count
+                    // as "anyone" here.
+                    entry.get("ipBlock").is_some()
+                        || entry.get("podSelector").is_none()
+                        || (entry.get("podSelector").is_some()
+                            && (pods.as_object().is_none_or(serde_json::Map::is_empty)
+                                || pods[APP_LABEL] == peer))
+                }),
+            };
+            let port_ok = match rule["ports"].as_array() {
+                None => true,
+                Some(list) => list
+                    .iter()
+                    .any(|p| p["port"].as_u64() == Some(u64::from(port))),
+            };
+            peer_ok && port_ok
+        })
+}
+
+/// Default deny, then exactly SPEC §1's edges between the services (the
+/// gateway may be reached from anywhere: it is the way in).
+fn check_network_policies(objects: &[Json], specs: &[ServiceSpec], out: &mut Vec<Finding>) {
+    let place = "NetworkPolicy";
+    let deny = objects
+        .iter()
+        .filter(|o| kind(o) == "NetworkPolicy")
+        .any(|p| {
+            let spec = &p["spec"];
+            spec["podSelector"]
+                .as_object()
+                .is_some_and(serde_json::Map::is_empty)
+                && ["Ingress", "Egress"].iter().all(|t| {
+                    spec["policyTypes"]
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|x| x == t))
+                })
+                && spec["ingress"].as_array().is_none_or(Vec::is_empty)
+                && spec["egress"].as_array().is_none_or(Vec::is_empty)
+        });
+    if !deny {
+        out.push(Finding::new(
+            place,
+            "no default-deny policy (podSelector {}, Ingress and Egress, no rules)",
+        ));
+    }
+    for caller in specs {
+        for callee in specs.iter().filter(|c| c.name != caller.name) {
+            let edge = caller.calls.contains(&callee.name);
+            let port = callee.public_port;
+            let egress = allowed(objects, caller.name, Direction::Egress, callee.name, port);
+            let ingress = allowed(objects, callee.name, Direction::Ingress, caller.name, port);
+            if edge && !(egress && ingress) {
+                out.push(Finding::new(
+                    place,
+                    format!("{} → {}:{port} is a SPEC edge but is not allowed (egress {egress}, ingress {ingress})", caller.name, callee.name),
+                ));
+            }
+            if !edge && egress && (ingress || callee.name != "gateway") {
+                out.push(Finding::new(
+                    place,
+                    format!(
+                        "{} → {}:{port} is allowed but is no SPEC edge",
+                        caller.name, callee.name
+                    ),
+                ));
+            }
+        }
+        for store in caller
+            .calls
+            .iter()
+            .filter_map(|c| store_port(c).map(|p| (c, p)))
+        {
+            if !allowed(objects, caller.name, Direction::Egress, store.0, store.1) {
+                out.push(Finding::new(
+                    place,
+                    format!("{} cannot reach {} on {}", caller.name, store.0, store.1),
+                ));
+            }
+        }
+    }
+}

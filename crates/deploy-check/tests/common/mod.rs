@@ -1,0 +1,42 @@
+//! What every test file here shares: the repository's files and the
+//! catalogue with each service's defaults from its settings type.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+
+use shopeasy_deploy_check::catalogue::{self, ServiceSpec, defaults_of};
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A file of the repository, as text.
+pub fn read(path: &str) -> String {
+    let full = root().join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
+}
+
+/// The four services, each with the defaults its code has.
+pub fn specs() -> Vec<ServiceSpec> {
+    catalogue::services()
+        .into_iter()
+        .map(|spec| {
+            let defaults = match spec.name {
+                "gateway" => defaults_of::<shopeasy_gateway::settings::GatewaySettings>(),
+                "product" => defaults_of::<shopeasy_product::settings::ProductSettings>(),
+                "order" => defaults_of::<shopeasy_order::settings::OrderSettings>(),
+                _ => defaults_of::<shopeasy_inventory::settings::InventorySettings>(),
+            };
+            spec.with_defaults(defaults)
+        })
+        .collect()
+}
+
+/// `text` with `from` replaced by `to` exactly once; panics when `from` is
+/// not there, so a mutation test cannot pass by mutating nothing.
+pub fn mutate(text: &str, from: &str, to: &str) -> String {
+    assert!(text.contains(from), "mutation target {from:?} not found");
+    text.replacen(from, to, 1)
+}

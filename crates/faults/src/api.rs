@@ -1,0 +1,228 @@
+//! The Toxiproxy 2.x HTTP API over a [`Proxies`] set: same paths, JSON and
+//! status codes, so Toxiproxy's clients and `curl` recipes work unchanged.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /proxies` | 200, `{name: proxy}` |
+//! | `POST /proxies` | 201 proxy; 409 duplicate; 400 bad body |
+//! | `POST /populate` | 201 `{"proxies": [...]}` |
+//! | `GET /proxies/{proxy}` | 200 proxy; 404 |
+//! | `POST`/`PATCH /proxies/{proxy}` | 200 proxy (update) |
+//! | `DELETE /proxies/{proxy}` | 204 |
+//! | `GET /proxies/{proxy}/toxics` | 200 `[toxic]` |
+//! | `POST /proxies/{proxy}/toxics` | 200 toxic (as Toxiproxy: its clients expect 200); 409 duplicate |
+//! | `GET`/`POST`/`PATCH`/`DELETE /proxies/{proxy}/toxics/{toxic}` | 200 / 200 / 200 / 204 |
+//! | `POST /reset` | 204 |
+//! | `GET /version` | 200 `{"version": "..."}` |
+//!
+//! Bodies are read as JSON whatever their content type (Toxiproxy does the
+//! same, and `curl -d` sends a form type). Errors are problem+json that also
+//! carry Toxiproxy's `error` and `status` members.
+
+use std::{collections::BTreeMap, io, time::Duration};
+
+use axum::{
+    Json, Router,
+    body::Bytes,
+    extract::{Path, State},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use serde::Serialize;
+use shopeasy_runtime::problem::Problem;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Error, Proxies, ProxyConfig, ProxyUpdate, ProxyView, Toxic};
+
+/// The Toxiproxy version whose API this one follows (reported by
+/// `GET /version`, with our own version as build metadata).
+pub const TOXIPROXY_API_VERSION: &str = "2.12.0";
+
+/// The API's usual port (Toxiproxy's default).
+pub const DEFAULT_PORT: u16 = 8474;
+
+/// The API's router over `proxies`.
+pub fn router(proxies: Proxies) -> Router {
+    Router::new()
+        .route("/version", get(version))
+        .route("/reset", post(reset))
+        .route("/populate", post(populate))
+        .route("/proxies", get(list_proxies).post(create_proxy))
+        .route(
+            "/proxies/{proxy}",
+            get(show_proxy)
+                .post(update_proxy)
+                .patch(update_proxy)
+                .delete(delete_proxy),
+        )
+        .route(
+            "/proxies/{proxy}/toxics",
+            get(list_toxics).post(create_toxic),
+        )
+        .route(
+            "/proxies/{proxy}/toxics/{toxic}",
+            get(show_toxic)
+                .post(update_toxic)
+                .patch(update_toxic)
+                .delete(delete_toxic),
+        )
+        .fallback(|| async { Problem::not_found() })
+        .with_state(proxies)
+}
+
+/// Serves the API on `listener` until `shutdown` is cancelled.
+///
+/// # Errors
+/// When accepting connections fails.
+pub async fn serve(
+    listener: TcpListener,
+    proxies: Proxies,
+    shutdown: CancellationToken,
+) -> io::Result<()> {
+    shopeasy_runtime::lifecycle::serve(listener, router(proxies), shutdown, Duration::from_secs(5))
+        .await
+}
+
+type ApiResult<T> = Result<T, Error>;
+
+async fn version() -> Json<serde_json::Value> {
+    Json(serde_json::json!({
+        "version": format!("{TOXIPROXY_API_VERSION}+shopeasy-faults.{}", env!("CARGO_PKG_VERSION")),
+    }))
+}
+
+async fn reset(State(proxies): State<Proxies>) -> StatusCode {
+    proxies.reset().await;
+    StatusCode::NO_CONTENT
+}
+
+async fn populate(State(proxies): State<Proxies>, body: Bytes) -> ApiResult<Response> {
+    #[derive(Serialize)]
+    struct Populated {
+        proxies: Vec<ProxyView>,
+    }
+    let configs: Vec<ProxyConfig> = parse(&body)?;
+    let created = proxies.populate(configs).await?;
+    let proxies = created.iter().map(crate::FaultProxy::view).collect();
+    Ok((StatusCode::CREATED, Json(Populated { proxies })).into_response())
+}
+
+async fn list_proxies(State(proxies): State<Proxies>) -> Json<BTreeMap<String, ProxyView>> {
+    let all = proxies.list().await;
+    Json(
+        all.iter()
+            .map(|p| (p.name().to_owned(), p.view()))
+            .collect(),
+    )
+}
+
+async fn create_proxy(State(proxies): State<Proxies>, body: Bytes) -> ApiResult<Response> {
+    let config: ProxyConfig = parse(&body)?;
+    let proxy = proxies.create(config).await?;
+    Ok((StatusCode::CREATED, Json(proxy.view())).into_response())
+}
+
+async fn show_proxy(
+    State(proxies): State<Proxies>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<ProxyView>> {
+    Ok(Json(proxies.get(&name).await?.view()))
+}
+
+async fn update_proxy(
+    State(proxies): State<Proxies>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<ProxyView>> {
+    proxies.get(&name).await?;
+    let update: ProxyUpdate = parse(&body)?;
+    Ok(Json(proxies.update(&name, update).await?.view()))
+}
+
+async fn delete_proxy(
+    State(proxies): State<Proxies>,
+    Path(name): Path<String>,
+) -> ApiResult<StatusCode> {
+    proxies.remove(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn list_toxics(
+    State(proxies): State<Proxies>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Vec<Toxic>>> {
+    Ok(Json(proxies.get(&name).await?.toxics()))
+}
+
+async fn create_toxic(
+    State(proxies): State<Proxies>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Toxic>> {
+    let proxy = proxies.get(&name).await?;
+    let toxic = Toxic::from_json(&body)?;
+    proxy.add_toxic(toxic.clone())?;
+    Ok(Json(toxic))
+}
+
+async fn show_toxic(
+    State(proxies): State<Proxies>,
+    Path((name, toxic)): Path<(String, String)>,
+) -> ApiResult<Json<Toxic>> {
+    let proxy = proxies.get(&name).await?;
+    proxy.toxic(&toxic).map(Json).ok_or(Error::ToxicNotFound)
+}
+
+async fn update_toxic(
+    State(proxies): State<Proxies>,
+    Path((name, toxic)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult<Json<Toxic>> {
+    let proxy = proxies.get(&name).await?;
+    let current = proxy.toxic(&toxic).ok_or(Error::ToxicNotFound)?;
+    let updated = current.updated_from_json(&body)?;
+    proxy.update_toxic(updated.clone())?;
+    Ok(Json(updated))
+}
+
+async fn delete_toxic(
+    State(proxies): State<Proxies>,
+    Path((name, toxic)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    proxies.get(&name).await?.remove_toxic(&toxic)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Parses a JSON body whatever its content type.
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
+    serde_json::from_slice(body).map_err(|e| Error::BadBody(e.to_string()))
+}
+
+/// The one mapping of [`Error`] onto the wire: Toxiproxy's status codes, as
+/// problem+json that also carries Toxiproxy's `error` member.
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let (status, slug) = match &self {
+            Self::ProxyNotFound => (StatusCode::NOT_FOUND, "proxy-not-found"),
+            Self::ToxicNotFound => (StatusCode::NOT_FOUND, "toxic-not-found"),
+            Self::ProxyExists => (StatusCode::CONFLICT, "proxy-exists"),
+            Self::ToxicExists => (StatusCode::CONFLICT, "toxic-exists"),
+            Self::Listen { .. } => (StatusCode::CONFLICT, "cannot-listen"),
+            Self::InvalidStream
+            | Self::InvalidToxicType(_)
+            | Self::MissingField(_)
+            | Self::BadBody(_) => (StatusCode::BAD_REQUEST, "bad-request"),
+        };
+        let message = self.to_string();
+        if status.is_server_error() {
+            tracing::error!(error = %message, "fault proxy API error");
+        }
+        let title = status.canonical_reason().unwrap_or("Error");
+        Problem::new(status, slug, title)
+            .detail(message.clone())
+            .extension("error", message)
+            .into_response()
+    }
+}

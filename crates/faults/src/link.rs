@@ -1,0 +1,384 @@
+//! One proxied connection: a pump per direction moving bytes from one socket
+//! to the other, applying whatever toxics the proxy has *now*.
+//!
+//! Each pump watches the proxy's toxic set (a `tokio::sync::watch`), so a
+//! toxic added or removed while a connection is open takes effect on it at
+//! once, as in Toxiproxy. Whether a toxic applies to this connection is
+//! rolled once per (connection, toxic) with the connection's seeded
+//! generator. Both pumps run inside the connection's task; the connection
+//! ends when both directions have closed, or at once when a toxic closes or
+//! resets it or the proxy is disabled or stopped.
+
+use std::{collections::HashMap, io, sync::Arc, time::Duration};
+
+use rand::{Rng, SeedableRng, rngs::SmallRng};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{
+        TcpStream,
+        tcp::{ReadHalf, WriteHalf},
+    },
+    sync::{mpsc, watch},
+    time::{Instant, sleep, sleep_until},
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::proxy::ToxicSet;
+use crate::toxic::{Stream, ToxicKind};
+
+/// Bytes read at a time in each direction.
+const CHUNK: usize = 32 * 1024;
+
+/// Chunks read but not yet written, per direction (at most 512 KiB).
+const IN_FLIGHT: usize = 16;
+
+/// What the reading side of a pump hands to the writing side.
+#[derive(Debug)]
+enum Input {
+    /// Bytes, and when they arrived.
+    Data(Vec<u8>, Instant),
+    /// The source closed cleanly.
+    Eof,
+    /// The source was reset by its peer.
+    Reset,
+    /// Reading failed otherwise.
+    Failed,
+}
+
+/// Reads `src` into `tx` until the source closes or the writer is gone.
+async fn read_into(src: &mut ReadHalf<'_>, tx: mpsc::Sender<Input>) {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let input = match src.read(&mut buf).await {
+            Ok(0) => Input::Eof,
+            Ok(n) => Input::Data(buf[..n].to_vec(), Instant::now()),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => Input::Reset,
+            Err(_) => Input::Failed,
+        };
+        let last = !matches!(input, Input::Data(..));
+        if tx.send(input).await.is_err() || last {
+            return;
+        }
+    }
+}
+
+/// How a direction (or the whole connection) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// The source closed; the close was passed on. The other direction goes on.
+    Eof,
+    /// Close both sockets now (FIN).
+    Close,
+    /// Reset both sockets now (RST).
+    Reset,
+}
+
+/// Proxies one accepted connection to `upstream` until it ends or `cancel`
+/// fires (proxy disabled or stopped).
+pub(crate) async fn serve(
+    mut client: TcpStream,
+    upstream: Arc<str>,
+    toxics: watch::Receiver<ToxicSet>,
+    cancel: CancellationToken,
+    seed: u64,
+) {
+    let connected = tokio::select! {
+        () = cancel.cancelled() => return,
+        connected = TcpStream::connect(&*upstream) => connected,
+    };
+    let mut server = match connected {
+        Ok(server) => server,
+        Err(e) => {
+            tracing::debug!(%upstream, error = %e, "upstream refused; closing the client");
+            return;
+        }
+    };
+    // Small writes must not wait for Nagle: the proxy must add no latency.
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+
+    let end = {
+        let (mut client_read, mut client_write) = client.split();
+        let (mut server_read, mut server_write) = server.split();
+        let requests = Pump::new(Stream::Upstream, toxics.clone(), seed)
+            .run(&mut client_read, &mut server_write);
+        let responses = Pump::new(Stream::Downstream, toxics, seed.rotate_left(32) ^ 0x9e37)
+            .run(&mut server_read, &mut client_write);
+        tokio::select! {
+            () = cancel.cancelled() => End::Close,
+            end = both(requests, responses) => end,
+        }
+    };
+    if end == End::Reset {
+        reset(&client);
+        reset(&server);
+    }
+}
+
+/// Runs both directions; a `Close` or `Reset` from either ends both.
+async fn both(requests: impl Future<Output = End>, responses: impl Future<Output = End>) -> End {
+    tokio::pin!(requests, responses);
+    let (mut requests_done, mut responses_done) = (false, false);
+    loop {
+        let end = tokio::select! {
+            end = &mut requests, if !requests_done => { requests_done = true; end }
+            end = &mut responses, if !responses_done => { responses_done = true; end }
+        };
+        if end != End::Eof {
+            return end;
+        }
+        if requests_done && responses_done {
+            return End::Eof;
+        }
+    }
+}
+
+/// Makes the coming close of `stream` a TCP RST instead of a FIN.
+fn reset(stream: &TcpStream) {
+    if let Err(e) = socket2::SockRef::from(stream).set_linger(Some(Duration::ZERO)) {
+        tracing::debug!(error = %e, "cannot set SO_LINGER 0; the close will be a FIN");
+    }
+}
+
+/// What the toxics that apply to one direction of this connection do now.
+#[derive(Debug, Default)]
+struct Effects {
+    /// `timeout`: drop all data.
+    black_hole: bool,
+    /// `timeout` > 0: close the connection at this instant.
+    close_at: Option<Instant>,
+    /// `reset_peer`: on data, wait this long and reset.
+    reset_after: Option<Duration>,
+    /// `latency`: summed latency and jitter in ms.
+    latency: Option<(u64, u64)>,
+    /// `bandwidth`: the lowest rate in KB/s.
+    rate: Option<u64>,
+    /// `slicer`: (average size, variation, delay µs).
+    slicer: Option<(u64, u64, u64)>,
+    /// `slow_close`: delay before passing the close on.
+    slow_close: Option<Duration>,
+    /// `limit_data`: bytes still allowed.
+    bytes_left: Option<u64>,
+}
+
+/// One direction of a connection.
+struct Pump {
+    stream: Stream,
+    toxics: watch::Receiver<ToxicSet>,
+    rng: SmallRng,
+    /// Per toxic id: does it apply to this connection (rolled once)?
+    rolls: HashMap<u64, bool>,
+    /// Per toxic id: when this pump first saw it, and how many bytes had
+    /// passed by then (the clocks of `timeout` and `limit_data`).
+    seen: HashMap<u64, (Instant, u64)>,
+    effects: Effects,
+    /// Bytes passed on so far.
+    transferred: u64,
+}
+
+impl Pump {
+    fn new(stream: Stream, toxics: watch::Receiver<ToxicSet>, seed: u64) -> Self {
+        Self {
+            stream,
+            toxics,
+            rng: SmallRng::seed_from_u64(seed),
+            rolls: HashMap::new(),
+            seen: HashMap::new(),
+            effects: Effects::default(),
+            transferred: 0,
+        }
+    }
+
+    /// Reads `src` and writes `dst` concurrently: the reader stamps each
+    /// chunk with its arrival time, so `latency` delays every chunk by the
+    /// same amount from its arrival (throughput is kept, as in Toxiproxy),
+    /// and toxics are applied on the writing side.
+    async fn run(self, src: &mut ReadHalf<'_>, dst: &mut WriteHalf<'_>) -> End {
+        let (tx, rx) = mpsc::channel(IN_FLIGHT);
+        let reader = async {
+            read_into(src, tx).await;
+            std::future::pending::<()>().await;
+        };
+        // Both sides are polled together: the reader keeps stamping
+        // arrivals while the writer sleeps out a toxic.
+        tokio::select! {
+            end = self.write_from(rx, dst) => end,
+            () = reader => End::Close, // never: the reader pends once done
+        }
+    }
+
+    /// The writing side: applies the current toxics to each chunk.
+    async fn write_from(mut self, mut rx: mpsc::Receiver<Input>, dst: &mut WriteHalf<'_>) -> End {
+        self.refresh();
+        loop {
+            let close_at = self.effects.close_at;
+            tokio::select! {
+                biased;
+                changed = self.toxics.changed() => {
+                    if changed.is_err() {
+                        return End::Close; // the proxy is gone
+                    }
+                    self.refresh();
+                }
+                () = sleep_until(close_at.unwrap_or_else(Instant::now)), if close_at.is_some() => {
+                    return End::Close;
+                }
+                input = rx.recv() => match input {
+                    Some(Input::Data(data, arrived)) => {
+                        if let Some(end) = self.deliver(&data, arrived, dst).await {
+                            return end;
+                        }
+                    }
+                    Some(Input::Eof) | None => return self.eof(dst).await,
+                    Some(Input::Reset) => return End::Reset,
+                    Some(Input::Failed) => return End::Close,
+                },
+            }
+        }
+    }
+
+    /// Recomputes [`Effects`] from the proxy's current toxic set.
+    fn refresh(&mut self) {
+        let set = self.toxics.borrow_and_update().clone();
+        let now = Instant::now();
+        let mut effects = Effects::default();
+        for entry in set.iter().filter(|e| e.toxic.stream == self.stream) {
+            let rng = &mut self.rng;
+            let toxicity = entry.toxic.toxicity;
+            let applies = *self
+                .rolls
+                .entry(entry.id)
+                .or_insert_with(|| toxicity >= 1.0 || rng.random::<f32>() < toxicity);
+            if !applies {
+                continue;
+            }
+            let (since, bytes_then) = *self.seen.entry(entry.id).or_insert((now, self.transferred));
+            match entry.toxic.kind {
+                ToxicKind::Timeout { timeout } => {
+                    effects.black_hole = true;
+                    if timeout > 0 {
+                        let at = since + Duration::from_millis(timeout);
+                        effects.close_at = Some(effects.close_at.map_or(at, |t| t.min(at)));
+                    }
+                }
+                ToxicKind::ResetPeer { timeout } => {
+                    effects
+                        .reset_after
+                        .get_or_insert(Duration::from_millis(timeout));
+                }
+                ToxicKind::Latency { latency, jitter } => {
+                    let (l, j) = effects.latency.unwrap_or((0, 0));
+                    effects.latency = Some((l + latency, j + jitter));
+                }
+                ToxicKind::Bandwidth { rate } if rate > 0 => {
+                    effects.rate = Some(effects.rate.map_or(rate, |r| r.min(rate)));
+                }
+                ToxicKind::Bandwidth { .. } => {}
+                ToxicKind::Slicer {
+                    average_size,
+                    size_variation,
+                    delay,
+                } => {
+                    effects
+                        .slicer
+                        .get_or_insert((average_size.max(1), size_variation, delay));
+                }
+                ToxicKind::SlowClose { delay } => {
+                    effects
+                        .slow_close
+                        .get_or_insert(Duration::from_millis(delay));
+                }
+                ToxicKind::LimitData { bytes } => {
+                    let left = bytes.saturating_sub(self.transferred - bytes_then);
+                    effects.bytes_left = Some(effects.bytes_left.map_or(left, |b| b.min(left)));
+                }
+            }
+        }
+        self.effects = effects;
+    }
+
+    /// Passes one chunk on through the toxics; `Some` ends the connection.
+    async fn deliver(
+        &mut self,
+        data: &[u8],
+        arrived: Instant,
+        dst: &mut WriteHalf<'_>,
+    ) -> Option<End> {
+        if self.effects.black_hole {
+            return None; // dropped
+        }
+        if let Some(after) = self.effects.reset_after {
+            sleep(after).await;
+            return Some(End::Reset); // the data is dropped
+        }
+        let (data, then_close) = match self.effects.bytes_left {
+            Some(left) if (data.len() as u64) >= left => {
+                (&data[..usize::try_from(left).unwrap_or(data.len())], true)
+            }
+            _ => (data, false),
+        };
+        if let Some((latency, jitter)) = self.effects.latency {
+            let delay = self.jittered(latency, jitter);
+            if delay > 0 {
+                sleep_until(arrived + Duration::from_millis(delay)).await;
+            }
+        }
+        if self.write(data, dst).await.is_err() {
+            return Some(End::Close);
+        }
+        self.transferred += data.len() as u64;
+        if let Some(left) = self.effects.bytes_left.as_mut() {
+            *left = left.saturating_sub(data.len() as u64);
+        }
+        then_close.then_some(End::Close)
+    }
+
+    /// Writes `data`, sliced and paced when `slicer` or `bandwidth` apply.
+    async fn write(&mut self, data: &[u8], dst: &mut WriteHalf<'_>) -> io::Result<()> {
+        if self.effects.slicer.is_none() && self.effects.rate.is_none() {
+            return dst.write_all(data).await;
+        }
+        let mut rest = data;
+        while !rest.is_empty() {
+            let mut size = rest.len() as u64;
+            let mut pause = Duration::ZERO;
+            if let Some((average, variation, delay)) = self.effects.slicer {
+                size = size.min(self.jittered(average, variation).max(1));
+                pause += Duration::from_micros(delay);
+            }
+            if let Some(rate) = self.effects.rate {
+                // At most 100 ms worth of bytes per write; 1 KB = 1000 bytes.
+                size = size.min((rate * 100).max(1));
+                pause += Duration::from_micros(size * 1000 / rate);
+            }
+            let (piece, tail) = rest.split_at(usize::try_from(size).unwrap_or(rest.len()));
+            dst.write_all(piece).await?;
+            rest = tail;
+            if !pause.is_zero() && (!rest.is_empty() || self.effects.rate.is_some()) {
+                sleep(pause).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// The source closed: pass the close on (late, under `slow_close`).
+    async fn eof(&mut self, dst: &mut WriteHalf<'_>) -> End {
+        if self.effects.black_hole {
+            return End::Close;
+        }
+        if let Some(delay) = self.effects.slow_close {
+            sleep(delay).await;
+        }
+        let _ = dst.shutdown().await;
+        End::Eof
+    }
+
+    /// `base` ± a uniform draw of up to `spread`, never below 0.
+    fn jittered(&mut self, base: u64, spread: u64) -> u64 {
+        if spread == 0 {
+            return base;
+        }
+        let offset = self.rng.random_range(0..=spread.saturating_mul(2));
+        (base + offset).saturating_sub(spread)
+    }
+}

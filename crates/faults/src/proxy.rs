@@ -1,0 +1,514 @@
+//! One proxy: a listener, an upstream address, an enabled flag and a toxic
+//! set, driven in-process through [`FaultProxy`].
+
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use rand::{RngCore, SeedableRng, rngs::SmallRng};
+use serde::{Deserialize, Serialize};
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::{Error, Toxic, link};
+
+/// The toxics of a proxy, in the order they were added, as every open
+/// connection sees them.
+pub(crate) type ToxicSet = Arc<Vec<ToxicEntry>>;
+
+/// A toxic with an id that changes whenever it is added or updated, so each
+/// connection re-rolls its toxicity and restarts its clocks for the new one.
+#[derive(Debug, Clone)]
+pub(crate) struct ToxicEntry {
+    pub(crate) id: u64,
+    pub(crate) toxic: Toxic,
+}
+
+/// How to create a proxy (Toxiproxy's proxy JSON, plus an optional `seed`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxyConfig {
+    /// Unique name, for example `order-inventory`.
+    #[serde(default)]
+    pub name: String,
+    /// `host:port` to listen on; port 0 picks a free port.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// `host:port` to forward to, resolved at each new connection.
+    #[serde(default)]
+    pub upstream: String,
+    /// Whether it accepts connections (default true).
+    #[serde(default = "enabled_by_default")]
+    pub enabled: bool,
+    /// Seed of every random choice it makes (toxicity rolls, jitter, slice
+    /// sizes); derived from the name when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:0".to_owned()
+}
+
+fn enabled_by_default() -> bool {
+    true
+}
+
+impl ProxyConfig {
+    /// An enabled proxy named `name` on a free local port forwarding to
+    /// `upstream`.
+    pub fn new(name: impl Into<String>, upstream: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            listen: default_listen(),
+            upstream: upstream.into(),
+            enabled: true,
+            seed: None,
+        }
+    }
+
+    /// The same, listening on `listen`.
+    #[must_use]
+    pub fn listen(mut self, listen: impl Into<String>) -> Self {
+        self.listen = listen.into();
+        self
+    }
+
+    /// The same, with a fixed seed.
+    #[must_use]
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// The same, created disabled (`down`).
+    #[must_use]
+    pub fn enabled(mut self, enabled: bool) -> Self {
+        self.enabled = enabled;
+        self
+    }
+}
+
+/// A proxy as the HTTP API shows it (Toxiproxy's JSON).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProxyView {
+    /// Its name.
+    pub name: String,
+    /// The address it listens on (with the port it got).
+    pub listen: String,
+    /// Where it forwards to.
+    pub upstream: String,
+    /// Whether it accepts connections.
+    pub enabled: bool,
+    /// Its toxics, in the order they were added.
+    pub toxics: Vec<Toxic>,
+}
+
+/// A running fault-injecting TCP proxy.
+///
+/// Cheap to clone; the proxy stops (closing its listener and every
+/// connection) when [`FaultProxy::stop`] is called or the last clone is
+/// dropped.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), shopeasy_faults::Error> {
+/// use shopeasy_faults::{FaultProxy, Stream, Toxic, ToxicKind};
+/// let proxy = FaultProxy::start("order-inventory", "127.0.0.1:50051").await?;
+/// // point the client at proxy.listen_addr(), then:
+/// proxy.add_toxic(Toxic::new(ToxicKind::Timeout { timeout: 0 }, Stream::Downstream))?;
+/// proxy.set_enabled(false).await; // refuse new connections, close open ones
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FaultProxy {
+    shared: Arc<Shared>,
+    _stop_on_drop: Arc<DropGuard>,
+}
+
+/// What the handle and the accept loop share.
+#[derive(Debug)]
+struct Shared {
+    name: String,
+    upstream: Arc<str>,
+    listen: SocketAddr,
+    seed: u64,
+    /// Wanted state: set by the handle.
+    enabled: watch::Sender<bool>,
+    /// Actual state: whether the listener is bound, set by the accept loop.
+    listening: watch::Sender<bool>,
+    toxics: watch::Sender<ToxicSet>,
+    next_toxic_id: AtomicU64,
+    accepted: AtomicU64,
+    open: Arc<AtomicUsize>,
+    /// Draws each connection's seed, in accept order.
+    rng: Mutex<SmallRng>,
+    stop: CancellationToken,
+    accept_loop: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl FaultProxy {
+    /// Starts an enabled proxy named `name` on a free port of 127.0.0.1,
+    /// forwarding to `upstream` (`host:port`).
+    ///
+    /// # Errors
+    /// [`Error::MissingField`] for an empty name or upstream.
+    pub async fn start(
+        name: impl Into<String>,
+        upstream: impl Into<String>,
+    ) -> Result<Self, Error> {
+        Self::start_with(ProxyConfig::new(name, upstream)).await
+    }
+
+    /// Starts a proxy as `config` says. The listen address is bound before
+    /// this returns (even when disabled, to fix the port).
+    ///
+    /// # Errors
+    /// [`Error::MissingField`] for an empty name or upstream,
+    /// [`Error::Listen`] when the listen address cannot be bound.
+    pub async fn start_with(config: ProxyConfig) -> Result<Self, Error> {
+        if config.name.is_empty() {
+            return Err(Error::MissingField("name"));
+        }
+        if config.upstream.is_empty() {
+            return Err(Error::MissingField("upstream"));
+        }
+        let listener = TcpListener::bind(config.listen.as_str())
+            .await
+            .map_err(|source| Error::Listen {
+                listen: config.listen.clone(),
+                source,
+            })?;
+        let listen = listener.local_addr().map_err(|source| Error::Listen {
+            listen: config.listen.clone(),
+            source,
+        })?;
+        let seed = config.seed.unwrap_or_else(|| seed_for(&config.name));
+        let stop = CancellationToken::new();
+        let shared = Arc::new(Shared {
+            name: config.name,
+            upstream: config.upstream.into(),
+            listen,
+            seed,
+            enabled: watch::Sender::new(config.enabled),
+            listening: watch::Sender::new(true),
+            toxics: watch::Sender::new(Arc::new(Vec::new())),
+            next_toxic_id: AtomicU64::new(1),
+            accepted: AtomicU64::new(0),
+            open: Arc::new(AtomicUsize::new(0)),
+            rng: Mutex::new(SmallRng::seed_from_u64(seed)),
+            stop: stop.clone(),
+            accept_loop: Mutex::new(None),
+        });
+        let task = tokio::spawn(accept_loop(shared.clone(), listener));
+        if let Ok(mut slot) = shared.accept_loop.lock() {
+            *slot = Some(task);
+        }
+        let proxy = Self {
+            shared,
+            _stop_on_drop: Arc::new(stop.drop_guard()),
+        };
+        if !config.enabled {
+            proxy.set_enabled(false).await;
+        }
+        tracing::info!(
+            proxy = proxy.name(),
+            listen = %listen,
+            upstream = %proxy.upstream(),
+            seed,
+            "fault proxy started"
+        );
+        Ok(proxy)
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The address it listens on (clients connect here).
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.shared.listen
+    }
+
+    /// The `host:port` it forwards to.
+    pub fn upstream(&self) -> &str {
+        &self.shared.upstream
+    }
+
+    /// The seed of its random choices (print it when a test fails).
+    pub fn seed(&self) -> u64 {
+        self.shared.seed
+    }
+
+    /// Whether it accepts connections.
+    pub fn enabled(&self) -> bool {
+        *self.shared.enabled.borrow()
+    }
+
+    /// Enables it, or disables it (`down`): a disabled proxy closes its
+    /// listener, so new connections are refused, and closes every open
+    /// connection. Returns once the listener is closed or bound again.
+    pub async fn set_enabled(&self, enabled: bool) {
+        self.shared.enabled.send_replace(enabled);
+        let mut listening = self.shared.listening.subscribe();
+        let stopped = self.shared.stop.cancelled();
+        tokio::select! {
+            _ = listening.wait_for(|l| *l == enabled) => {}
+            () = stopped => {}
+            // Re-binding can fail (the port taken meanwhile); the accept loop
+            // keeps trying and logs it, so do not wait forever.
+            () = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
+
+    /// Connections accepted since it started (each one counts, whatever
+    /// happened to it next).
+    pub fn connections(&self) -> u64 {
+        self.shared.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Connections open now.
+    pub fn open_connections(&self) -> usize {
+        self.shared.open.load(Ordering::Relaxed)
+    }
+
+    /// Its toxics, in the order they were added.
+    pub fn toxics(&self) -> Vec<Toxic> {
+        self.shared
+            .toxics
+            .borrow()
+            .iter()
+            .map(|e| e.toxic.clone())
+            .collect()
+    }
+
+    /// The toxic named `name`.
+    pub fn toxic(&self, name: &str) -> Option<Toxic> {
+        self.shared
+            .toxics
+            .borrow()
+            .iter()
+            .find(|e| e.toxic.name == name)
+            .map(|e| e.toxic.clone())
+    }
+
+    /// Adds a toxic; it applies to open connections at once.
+    ///
+    /// # Errors
+    /// [`Error::ToxicExists`] when the proxy has a toxic of that name.
+    pub fn add_toxic(&self, toxic: Toxic) -> Result<(), Error> {
+        let id = self.next_id();
+        let mut result = Ok(());
+        self.shared.toxics.send_if_modified(|set| {
+            if set.iter().any(|e| e.toxic.name == toxic.name) {
+                result = Err(Error::ToxicExists);
+                return false;
+            }
+            let mut next: Vec<ToxicEntry> = set.iter().map(ToxicEntry::clone).collect();
+            next.push(ToxicEntry {
+                id,
+                toxic: toxic.clone(),
+            });
+            *set = Arc::new(next);
+            true
+        });
+        if result.is_ok() {
+            tracing::info!(proxy = self.name(), toxic = %toxic.name, kind = ?toxic.kind, stream = %toxic.stream, toxicity = toxic.toxicity, "toxic added");
+        }
+        result
+    }
+
+    /// Replaces the toxic of the same name (keeping its place in the order).
+    ///
+    /// # Errors
+    /// [`Error::ToxicNotFound`].
+    pub fn update_toxic(&self, toxic: Toxic) -> Result<(), Error> {
+        let id = self.next_id();
+        let mut found = false;
+        self.shared.toxics.send_if_modified(|set| {
+            let next: Vec<ToxicEntry> = set
+                .iter()
+                .map(|e| {
+                    if e.toxic.name == toxic.name {
+                        found = true;
+                        ToxicEntry {
+                            id,
+                            toxic: toxic.clone(),
+                        }
+                    } else {
+                        e.clone()
+                    }
+                })
+                .collect();
+            if found {
+                *set = Arc::new(next);
+            }
+            found
+        });
+        if found {
+            tracing::info!(proxy = self.name(), toxic = %toxic.name, kind = ?toxic.kind, toxicity = toxic.toxicity, "toxic updated");
+            Ok(())
+        } else {
+            Err(Error::ToxicNotFound)
+        }
+    }
+
+    /// Removes the toxic named `name`; open connections heal at once.
+    ///
+    /// # Errors
+    /// [`Error::ToxicNotFound`].
+    pub fn remove_toxic(&self, name: &str) -> Result<(), Error> {
+        let removed = self.shared.toxics.send_if_modified(|set| {
+            if !set.iter().any(|e| e.toxic.name == name) {
+                return false;
+            }
+            let next = set
+                .iter()
+                .filter(|e| e.toxic.name != name)
+                .map(ToxicEntry::clone)
+                .collect();
+            *set = Arc::new(next);
+            true
+        });
+        if removed {
+            tracing::info!(proxy = self.name(), toxic = name, "toxic removed");
+            Ok(())
+        } else {
+            Err(Error::ToxicNotFound)
+        }
+    }
+
+    /// Removes every toxic.
+    pub fn remove_all_toxics(&self) {
+        self.shared.toxics.send_if_modified(|set| {
+            if set.is_empty() {
+                return false;
+            }
+            *set = Arc::new(Vec::new());
+            true
+        });
+    }
+
+    /// Its Toxiproxy JSON view.
+    pub fn view(&self) -> ProxyView {
+        ProxyView {
+            name: self.shared.name.clone(),
+            listen: self.shared.listen.to_string(),
+            upstream: self.shared.upstream.to_string(),
+            enabled: self.enabled(),
+            toxics: self.toxics(),
+        }
+    }
+
+    /// Stops it: closes the listener and every connection; returns once the
+    /// listener is closed.
+    pub async fn stop(&self) {
+        self.shared.stop.cancel();
+        let task = self
+            .shared
+            .accept_loop
+            .lock()
+            .ok()
+            .and_then(|mut t| t.take());
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+
+    fn next_id(&self) -> u64 {
+        self.shared.next_toxic_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// A stable seed for a proxy without one (FNV-1a of its name).
+pub(crate) fn seed_for(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Accepts connections while enabled; closes the listener and every open
+/// connection when disabled; binds the same address again when re-enabled.
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    let mut listener = Some(listener);
+    let mut enabled = shared.enabled.subscribe();
+    // Connections of the current enabled period; cancelled when disabled.
+    let mut period = shared.stop.child_token();
+    loop {
+        let want = *enabled.borrow_and_update();
+        if !want && listener.is_some() {
+            listener = None;
+            period.cancel();
+            period = shared.stop.child_token();
+            tracing::info!(proxy = %shared.name, "proxy disabled: refusing and closing connections");
+        }
+        if want && listener.is_none() {
+            match TcpListener::bind(shared.listen).await {
+                Ok(l) => {
+                    listener = Some(l);
+                    tracing::info!(proxy = %shared.name, "proxy enabled");
+                }
+                Err(e) => {
+                    tracing::warn!(proxy = %shared.name, listen = %shared.listen, error = %e, "cannot listen again; retrying");
+                }
+            }
+        }
+        shared.listening.send_replace(listener.is_some());
+        let Some(bound) = &listener else {
+            tokio::select! {
+                () = shared.stop.cancelled() => break,
+                changed = enabled.changed() => if changed.is_err() { break },
+                () = tokio::time::sleep(Duration::from_millis(200)), if want => {}
+            }
+            continue;
+        };
+        tokio::select! {
+            () = shared.stop.cancelled() => break,
+            changed = enabled.changed() => if changed.is_err() { break },
+            accepted = bound.accept() => match accepted {
+                Ok((socket, _peer)) => spawn_connection(&shared, socket, period.clone()),
+                Err(e) => {
+                    // For example out of file descriptors: do not spin.
+                    tracing::warn!(proxy = %shared.name, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    shared.listening.send_replace(false);
+}
+
+fn spawn_connection(shared: &Shared, socket: tokio::net::TcpStream, cancel: CancellationToken) {
+    shared.accepted.fetch_add(1, Ordering::Relaxed);
+    let seed = shared
+        .rng
+        .lock()
+        .map_or(shared.seed, |mut rng| rng.next_u64());
+    let open = OpenGuard::new(shared.open.clone());
+    let upstream = shared.upstream.clone();
+    let toxics = shared.toxics.subscribe();
+    tokio::spawn(async move {
+        let _open = open;
+        link::serve(socket, upstream, toxics, cancel, seed).await;
+    });
+}
+
+/// Counts a connection as open while it lives.
+struct OpenGuard(Arc<AtomicUsize>);
+
+impl OpenGuard {
+    fn new(open: Arc<AtomicUsize>) -> Self {
+        open.fetch_add(1, Ordering::Relaxed);
+        Self(open)
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}

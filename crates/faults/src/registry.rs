@@ -1,0 +1,195 @@
+//! The named set of proxies one process runs: what the HTTP API manages and
+//! what a launcher creates its edges in.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use serde::Deserialize;
+use tokio::sync::Mutex;
+
+use crate::{Error, FaultProxy, ProxyConfig, proxy::seed_for};
+
+/// A change to a proxy (Toxiproxy's proxy update JSON; absent = unchanged).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct ProxyUpdate {
+    /// New listen address (restarts the proxy, closing its connections).
+    #[serde(default)]
+    pub listen: Option<String>,
+    /// New upstream (restarts the proxy, closing its connections).
+    #[serde(default)]
+    pub upstream: Option<String>,
+    /// Enable or disable it.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+}
+
+/// Named proxies, shared by clones.
+///
+/// Each proxy without an explicit seed gets one derived from this set's
+/// seed and its name, so a run is repeatable from one number.
+#[derive(Debug, Clone, Default)]
+pub struct Proxies {
+    by_name: Arc<Mutex<BTreeMap<String, FaultProxy>>>,
+    seed: u64,
+}
+
+impl Proxies {
+    /// An empty set with seed 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty set whose proxies derive their seeds from `seed`.
+    pub fn with_seed(seed: u64) -> Self {
+        Self {
+            by_name: Arc::default(),
+            seed,
+        }
+    }
+
+    /// Creates and starts a proxy.
+    ///
+    /// # Errors
+    /// [`Error::ProxyExists`], or what [`FaultProxy::start_with`] returns.
+    pub async fn create(&self, config: ProxyConfig) -> Result<FaultProxy, Error> {
+        let mut by_name = self.by_name.lock().await;
+        if by_name.contains_key(&config.name) {
+            return Err(Error::ProxyExists);
+        }
+        let proxy = FaultProxy::start_with(self.seeded(config)).await?;
+        by_name.insert(proxy.name().to_owned(), proxy.clone());
+        Ok(proxy)
+    }
+
+    /// The proxy named `name`.
+    ///
+    /// # Errors
+    /// [`Error::ProxyNotFound`].
+    pub async fn get(&self, name: &str) -> Result<FaultProxy, Error> {
+        self.by_name
+            .lock()
+            .await
+            .get(name)
+            .cloned()
+            .ok_or(Error::ProxyNotFound)
+    }
+
+    /// Every proxy, by name.
+    pub async fn list(&self) -> Vec<FaultProxy> {
+        self.by_name.lock().await.values().cloned().collect()
+    }
+
+    /// Stops and removes the proxy named `name`.
+    ///
+    /// # Errors
+    /// [`Error::ProxyNotFound`].
+    pub async fn remove(&self, name: &str) -> Result<(), Error> {
+        let proxy = self
+            .by_name
+            .lock()
+            .await
+            .remove(name)
+            .ok_or(Error::ProxyNotFound)?;
+        proxy.stop().await;
+        Ok(())
+    }
+
+    /// Applies `update` to the proxy named `name`. A new listen address or
+    /// upstream restarts it (as Toxiproxy does), keeping its toxics.
+    ///
+    /// # Errors
+    /// [`Error::ProxyNotFound`], or what [`FaultProxy::start_with`] returns.
+    pub async fn update(&self, name: &str, update: ProxyUpdate) -> Result<FaultProxy, Error> {
+        let mut by_name = self.by_name.lock().await;
+        let proxy = by_name.get(name).cloned().ok_or(Error::ProxyNotFound)?;
+        let current = proxy.view();
+        let listen = update.listen.unwrap_or_else(|| current.listen.clone());
+        let upstream = update.upstream.unwrap_or_else(|| current.upstream.clone());
+        let enabled = update.enabled.unwrap_or(current.enabled);
+        if listen == current.listen && upstream == current.upstream {
+            proxy.set_enabled(enabled).await;
+            return Ok(proxy);
+        }
+        proxy.stop().await;
+        let config = ProxyConfig {
+            name: name.to_owned(),
+            listen,
+            upstream,
+            enabled,
+            seed: Some(proxy.seed()),
+        };
+        let restarted = match FaultProxy::start_with(config).await {
+            Ok(p) => p,
+            Err(e) => {
+                by_name.remove(name);
+                return Err(e);
+            }
+        };
+        for toxic in current.toxics {
+            restarted.add_toxic(toxic)?;
+        }
+        by_name.insert(name.to_owned(), restarted.clone());
+        Ok(restarted)
+    }
+
+    /// Creates the proxies in `configs`, replacing any of the same name
+    /// whose listen address or upstream differ (Toxiproxy's `/populate`);
+    /// an identical one is kept, with its toxics, and only enabled or
+    /// disabled as asked.
+    ///
+    /// # Errors
+    /// [`Error::MissingField`] before anything changes when a config lacks a
+    /// name or upstream; otherwise the first start failure.
+    pub async fn populate(&self, configs: Vec<ProxyConfig>) -> Result<Vec<FaultProxy>, Error> {
+        for config in &configs {
+            if config.name.is_empty() {
+                return Err(Error::MissingField("name"));
+            }
+            if config.upstream.is_empty() {
+                return Err(Error::MissingField("upstream"));
+            }
+        }
+        let mut by_name = self.by_name.lock().await;
+        let mut result = Vec::with_capacity(configs.len());
+        for config in configs {
+            if let Some(existing) = by_name.get(&config.name).cloned() {
+                let same_listen = existing.view().listen == config.listen
+                    || config.listen.ends_with(":0")
+                    || config.listen.is_empty();
+                if same_listen && existing.upstream() == config.upstream {
+                    existing.set_enabled(config.enabled).await;
+                    result.push(existing);
+                    continue;
+                }
+                by_name.remove(&config.name);
+                existing.stop().await;
+            }
+            let proxy = FaultProxy::start_with(self.seeded(config)).await?;
+            by_name.insert(proxy.name().to_owned(), proxy.clone());
+            result.push(proxy);
+        }
+        Ok(result)
+    }
+
+    /// Enables every proxy and removes every toxic (Toxiproxy's `/reset`).
+    pub async fn reset(&self) {
+        for proxy in self.list().await {
+            proxy.remove_all_toxics();
+            proxy.set_enabled(true).await;
+        }
+    }
+
+    /// Stops and removes every proxy.
+    pub async fn shutdown(&self) {
+        let all = std::mem::take(&mut *self.by_name.lock().await);
+        for proxy in all.into_values() {
+            proxy.stop().await;
+        }
+    }
+
+    fn seeded(&self, mut config: ProxyConfig) -> ProxyConfig {
+        if config.seed.is_none() {
+            config.seed = Some(seed_for(&config.name) ^ self.seed);
+        }
+        config
+    }
+}

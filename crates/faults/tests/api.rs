@@ -1,0 +1,275 @@
+//! The Toxiproxy-compatible HTTP API: paths, JSON and status codes, and that
+//! what it changes reaches the proxies.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::{io::ErrorKind, time::Duration};
+
+use serde_json::{Value, json};
+use shopeasy_faults::{Proxies, api};
+use support::{connect, echo, round_trip};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+    proxies: Proxies,
+    _stop: tokio_util::sync::DropGuard,
+}
+
+async fn start_api() -> Api {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let proxies = Proxies::with_seed(1);
+    let stop = CancellationToken::new();
+    tokio::spawn(api::serve(listener, proxies.clone(), stop.clone()));
+    Api {
+        base,
+        http: reqwest::Client::new(),
+        proxies,
+        _stop: stop.drop_guard(),
+    }
+}
+
+impl Api {
+    async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        let value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap()
+        };
+        (status, value)
+    }
+    async fn get(&self, path: &str) -> (u16, Value) {
+        self.send(reqwest::Method::GET, path, None).await
+    }
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(reqwest::Method::POST, path, Some(body)).await
+    }
+    async fn delete(&self, path: &str) -> (u16, Value) {
+        self.send(reqwest::Method::DELETE, path, None).await
+    }
+}
+
+#[tokio::test]
+async fn proxy_lifecycle_with_toxiproxy_status_codes() {
+    let api = start_api().await;
+    let upstream = echo().await;
+    let spec =
+        json!({"name": "edge", "listen": "127.0.0.1:0", "upstream": upstream.addr.to_string()});
+
+    let (status, created) = api.post("/proxies", spec.clone()).await;
+    assert_eq!(status, 201);
+    assert_eq!(created["name"], "edge");
+    assert_eq!(created["enabled"], true);
+    assert_eq!(created["toxics"], json!([]));
+    let listen: std::net::SocketAddr = created["listen"].as_str().unwrap().parse().unwrap();
+    assert_ne!(listen.port(), 0, "the real port is reported");
+
+    let (status, body) = api.post("/proxies", spec).await;
+    assert_eq!(status, 409);
+    assert_eq!(body["error"], "proxy already exists");
+    assert_eq!(body["status"], 409);
+
+    let (status, all) = api.get("/proxies").await;
+    assert_eq!(status, 200);
+    assert_eq!(all["edge"]["upstream"], upstream.addr.to_string());
+
+    let (status, shown) = api.get("/proxies/edge").await;
+    assert_eq!((status, &shown["name"]), (200, &json!("edge")));
+    assert_eq!(api.get("/proxies/nope").await.0, 404);
+
+    // Disable through the API: new connections are refused.
+    let (status, updated) = api.post("/proxies/edge", json!({"enabled": false})).await;
+    assert_eq!((status, &updated["enabled"]), (200, &json!(false)));
+    assert_eq!(
+        tokio::net::TcpStream::connect(listen)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::ConnectionRefused
+    );
+    let (status, _) = api
+        .send(
+            reqwest::Method::PATCH,
+            "/proxies/edge",
+            Some(json!({"enabled": true})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let mut client = connect(listen).await;
+    round_trip(&mut client, b"ping", Duration::from_secs(5))
+        .await
+        .unwrap();
+
+    assert_eq!(api.delete("/proxies/edge").await.0, 204);
+    assert_eq!(api.delete("/proxies/edge").await.0, 404);
+    assert!(api.proxies.list().await.is_empty());
+}
+
+#[tokio::test]
+async fn toxic_crud_with_toxiproxy_json() {
+    let api = start_api().await;
+    let upstream = echo().await;
+    let (status, _) = api
+        .post(
+            "/proxies",
+            json!({"name": "edge", "upstream": upstream.addr.to_string()}),
+        )
+        .await;
+    assert_eq!(status, 201);
+
+    let (status, toxic) = api
+        .post(
+            "/proxies/edge/toxics",
+            json!({"type": "latency", "attributes": {"latency": 100}}),
+        )
+        .await;
+    assert_eq!(status, 200, "Toxiproxy answers 200 to a new toxic: {toxic}");
+    assert_eq!(
+        toxic,
+        json!({"name": "latency_downstream", "type": "latency", "stream": "downstream",
+               "toxicity": 1.0, "attributes": {"latency": 100, "jitter": 0}})
+    );
+    let (status, body) = api
+        .post("/proxies/edge/toxics", json!({"type": "latency"}))
+        .await;
+    assert_eq!(
+        (status, &body["error"]),
+        (409, &json!("toxic already exists"))
+    );
+
+    let (status, list) = api.get("/proxies/edge/toxics").await;
+    assert_eq!((status, list.as_array().unwrap().len()), (200, 1));
+    let (status, one) = api.get("/proxies/edge/toxics/latency_downstream").await;
+    assert_eq!((status, &one["attributes"]["latency"]), (200, &json!(100)));
+    assert_eq!(api.get("/proxies/edge/toxics/nope").await.0, 404);
+    assert_eq!(api.get("/proxies/nope/toxics").await.0, 404);
+
+    let (status, updated) = api
+        .post(
+            "/proxies/edge/toxics/latency_downstream",
+            json!({"attributes": {"jitter": 5}}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(updated["attributes"], json!({"latency": 100, "jitter": 5}));
+    let proxy = api.proxies.get("edge").await.unwrap();
+    assert_eq!(proxy.toxics().len(), 1);
+
+    for bad in [
+        json!({"type": "earthquake"}),
+        json!({"type": "latency", "stream": "sideways", "name": "x"}),
+        json!({"type": "latency", "name": "y", "attributes": {"latency": "slow"}}),
+        json!({"type": "latency", "name": "z", "toxicity": 2.0}),
+    ] {
+        let (status, body) = api.post("/proxies/edge/toxics", bad.clone()).await;
+        assert_eq!(status, 400, "{bad} → {body}");
+        assert!(body["error"].is_string());
+    }
+
+    assert_eq!(
+        api.delete("/proxies/edge/toxics/latency_downstream")
+            .await
+            .0,
+        204
+    );
+    assert_eq!(
+        api.delete("/proxies/edge/toxics/latency_downstream")
+            .await
+            .0,
+        404
+    );
+    assert!(proxy.toxics().is_empty());
+}
+
+#[tokio::test]
+async fn populate_reset_version_and_bad_bodies() {
+    let api = start_api().await;
+    let upstream = echo().await;
+    let (status, body) = api
+        .post(
+            "/populate",
+            json!([{"name": "a", "upstream": upstream.addr.to_string()},
+                   {"name": "b", "upstream": upstream.addr.to_string(), "enabled": false}]),
+        )
+        .await;
+    assert_eq!(status, 201);
+    assert_eq!(body["proxies"].as_array().unwrap().len(), 2);
+    let b = api.proxies.get("b").await.unwrap();
+    assert!(!b.enabled());
+
+    let (status, _) = api
+        .post(
+            "/proxies/a/toxics",
+            json!({"type": "timeout", "attributes": {"timeout": 0}}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(api.post("/reset", Value::Null).await.0, 204);
+    assert!(b.enabled(), "reset enables every proxy");
+    assert!(
+        api.proxies.get("a").await.unwrap().toxics().is_empty(),
+        "reset removes toxics"
+    );
+
+    let (status, version) = api.get("/version").await;
+    assert_eq!(status, 200);
+    assert!(version["version"].as_str().unwrap().starts_with("2."));
+
+    // `curl -d '...'` sends a form content type: still JSON to us.
+    let response = api
+        .http
+        .post(format!("{}/proxies", api.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!(r#"{{"name":"c","upstream":"{}"}}"#, upstream.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 201);
+
+    let response = api
+        .http
+        .post(format!("{}/proxies", api.base))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "application/problem+json"
+    );
+    let (status, _) = api.post("/proxies", json!({"name": "d"})).await;
+    assert_eq!(status, 400, "upstream is required");
+    let (status, _) = api.post("/populate", json!({"not": "a list"})).await;
+    assert_eq!(status, 400);
+    let (status, _) = api.get("/nothing/here").await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn a_listen_address_in_use_is_a_clear_conflict_not_a_500() {
+    let api = start_api().await;
+    let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (status, body) = api
+        .post(
+            "/proxies",
+            json!({"name": "x", "listen": taken.local_addr().unwrap().to_string(), "upstream": "127.0.0.1:1"}),
+        )
+        .await;
+    assert_eq!(status, 409);
+    assert!(
+        body["error"].as_str().unwrap().contains("cannot listen"),
+        "{body}"
+    );
+}

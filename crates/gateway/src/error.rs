@@ -1,0 +1,210 @@
+//! The gateway's one error enum, and the one place it becomes a response
+//! (the "rescue"): an RFC 9457 problem body plus an RFC 9209 `Proxy-Status`
+//! header saying which side failed. Nothing internal is ever sent.
+
+use axum::response::IntoResponse;
+use http::{HeaderValue, StatusCode};
+use shopeasy_runtime::problem::Problem;
+
+/// The name the gateway gives itself in `Proxy-Status`.
+pub const PROXY_NAME: &str = "shopeasy-gateway";
+
+/// Everything that makes the gateway answer instead of the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ProxyError {
+    /// No route serves the path.
+    #[error("no route for this path")]
+    NoRoute,
+    /// The path has `.` or `..` segments.
+    #[error("the path has dot segments")]
+    DotSegment,
+    /// Both `Content-Length` and `Transfer-Encoding` (request smuggling).
+    #[error("both Content-Length and Transfer-Encoding were sent")]
+    AmbiguousFraming,
+    /// Request line and headers over the cap.
+    #[error("the request headers are over {0} bytes")]
+    HeadersTooLarge(u64),
+    /// Request body over the cap.
+    #[error("the request body is over {0} bytes")]
+    BodyTooLarge(u64),
+    /// The client stopped sending its body for the activity timeout.
+    #[error("the client sent no body bytes for the activity timeout")]
+    ClientStalled,
+    /// The client's body ended abnormally (it went away mid-body).
+    #[error("the request body ended abnormally")]
+    ClientBody,
+    /// No TCP connection within the connect timeout.
+    #[error("connecting to the service timed out")]
+    ConnectTimeout,
+    /// The service refused the connection.
+    #[error("the service refused the connection")]
+    ConnectionRefused,
+    /// Connecting failed otherwise (reset during connect, unreachable).
+    #[error("the service could not be reached")]
+    ConnectionFailed,
+    /// The connection was reset or closed before a response arrived.
+    #[error("the connection to the service closed before a response")]
+    ConnectionTerminated,
+    /// The service sent no response headers for the activity timeout.
+    #[error("the service sent no response within the activity timeout")]
+    ResponseTimeout,
+    /// The caller's deadline passed before the service answered.
+    #[error("the caller's deadline passed")]
+    DeadlineExceeded,
+    /// The service answered with something that is not HTTP.
+    #[error("the service's response was malformed")]
+    Protocol,
+    /// A bug in the gateway (logged; sent as a bare 500).
+    #[error("internal error")]
+    Internal,
+}
+
+impl ProxyError {
+    /// The status the caller gets.
+    pub fn status(self) -> StatusCode {
+        use ProxyError as E;
+        match self {
+            E::NoRoute => StatusCode::NOT_FOUND,
+            E::DotSegment | E::AmbiguousFraming | E::ClientBody => StatusCode::BAD_REQUEST,
+            E::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            E::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            E::ClientStalled => StatusCode::REQUEST_TIMEOUT,
+            E::ConnectTimeout | E::ResponseTimeout | E::DeadlineExceeded => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
+            E::ConnectionRefused | E::ConnectionFailed | E::ConnectionTerminated | E::Protocol => {
+                StatusCode::BAD_GATEWAY
+            }
+            E::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The RFC 9209 §2.3 error type for `Proxy-Status`.
+    pub fn proxy_status(self) -> &'static str {
+        use ProxyError as E;
+        match self {
+            E::NoRoute => "destination_not_found",
+            E::DotSegment
+            | E::AmbiguousFraming
+            | E::HeadersTooLarge(_)
+            | E::BodyTooLarge(_)
+            | E::ClientStalled
+            | E::ClientBody => "http_request_error",
+            E::ConnectTimeout => "connection_timeout",
+            E::ConnectionRefused => "connection_refused",
+            E::ConnectionFailed => "destination_unavailable",
+            E::ConnectionTerminated => "connection_terminated",
+            E::ResponseTimeout | E::DeadlineExceeded => "http_response_timeout",
+            E::Protocol => "http_protocol_error",
+            E::Internal => "proxy_internal_error",
+        }
+    }
+
+    /// The `outcome` label of the request metrics.
+    pub fn outcome(self) -> &'static str {
+        use ProxyError as E;
+        match self {
+            E::NoRoute => "no_route",
+            E::DotSegment | E::AmbiguousFraming | E::ClientBody => "bad_request",
+            E::HeadersTooLarge(_) | E::BodyTooLarge(_) => "too_large",
+            E::ClientStalled => "client_timeout",
+            E::ConnectTimeout => "connect_timeout",
+            E::ConnectionRefused => "connection_refused",
+            E::ConnectionFailed => "connection_failed",
+            E::ConnectionTerminated => "connection_terminated",
+            E::ResponseTimeout => "response_timeout",
+            E::DeadlineExceeded => "deadline_exceeded",
+            E::Protocol => "protocol_error",
+            E::Internal => "internal",
+        }
+    }
+
+    /// A connection failure before any response byte: the request may be
+    /// re-sent if it is safe to repeat (SPEC §6). Timeouts are not: a slow
+    /// service is not helped by more load.
+    pub fn is_connection_failure(self) -> bool {
+        matches!(
+            self,
+            Self::ConnectionRefused | Self::ConnectionFailed | Self::ConnectionTerminated
+        )
+    }
+
+    fn problem(self) -> Problem {
+        use ProxyError as E;
+        let status = self.status();
+        let problem = match self {
+            E::NoRoute => return Problem::not_found().detail("no route serves this path"),
+            E::DotSegment | E::AmbiguousFraming | E::ClientBody => {
+                return Problem::bad_request(self.to_string());
+            }
+            E::BodyTooLarge(limit) => {
+                return Problem::payload_too_large(usize::try_from(limit).unwrap_or(usize::MAX));
+            }
+            E::HeadersTooLarge(_) => Problem::new(
+                status,
+                "header-fields-too-large",
+                "Request headers too large",
+            ),
+            E::ClientStalled => Problem::new(status, "request-timeout", "Request timeout"),
+            E::ConnectTimeout | E::ResponseTimeout | E::DeadlineExceeded => {
+                Problem::new(status, "gateway-timeout", "Gateway timeout")
+            }
+            E::ConnectionRefused | E::ConnectionFailed | E::ConnectionTerminated | E::Protocol => {
+                Problem::new(status, "bad-gateway", "Bad gateway")
+            }
+            E::Internal => return Problem::internal(),
+        };
+        problem.detail(self.to_string())
+    }
+}
+
+impl IntoResponse for ProxyError {
+    fn into_response(self) -> axum::response::Response {
+        let mut response = self.problem().into_response();
+        let value = format!("{PROXY_NAME}; error={}", self.proxy_status());
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response.headers_mut().insert("proxy-status", value);
+        }
+        if self.status() == StatusCode::REQUEST_TIMEOUT || self == Self::AmbiguousFraming {
+            // The rest of the request cannot be trusted or will never come.
+            response
+                .headers_mut()
+                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_gateway_error_says_who_failed() {
+        let r = ProxyError::ConnectTimeout.into_response();
+        assert_eq!(r.status(), StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(
+            r.headers()["proxy-status"],
+            "shopeasy-gateway; error=connection_timeout"
+        );
+        assert_eq!(
+            r.headers()[http::header::CONTENT_TYPE],
+            shopeasy_runtime::problem::CONTENT_TYPE
+        );
+        let r = ProxyError::ConnectionRefused.into_response();
+        assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
+        assert_eq!(
+            r.headers()["proxy-status"],
+            "shopeasy-gateway; error=connection_refused"
+        );
+    }
+
+    #[test]
+    fn only_connection_failures_are_retryable() {
+        assert!(ProxyError::ConnectionRefused.is_connection_failure());
+        assert!(ProxyError::ConnectionTerminated.is_connection_failure());
+        assert!(!ProxyError::ConnectTimeout.is_connection_failure());
+        assert!(!ProxyError::ResponseTimeout.is_connection_failure());
+        assert!(!ProxyError::Protocol.is_connection_failure());
+    }
+}

@@ -1,0 +1,467 @@
+//! The proxy service: one caller request in, one response out, never a hang.
+//!
+//! Read top to bottom, a request goes through:
+//!
+//! 1. routing ([`RouteTable`]) — nothing outside `/api/products*` and
+//!    `/api/orders*` is forwarded;
+//! 2. checks before anything is sent — framing, header and body caps;
+//! 3. header rewriting ([`headers`]) — hop-by-hop out, `X-Forwarded-*` in,
+//!    the trace context and the caller's remaining deadline on;
+//! 4. the body — empty, buffered (a keyed POST that may be re-sent) or
+//!    streamed ([`RequestBody`]);
+//! 5. attempts ([`RetryPolicy`]) — each raced against the shared
+//!    [`Activity`] timer and the caller's deadline; only connection failures
+//!    of replayable requests are retried;
+//! 6. the response — hop-by-hop out, body wrapped in a [`ResponseBody`] that
+//!    aborts on silence and records the request when it really ends.
+//!
+//! Every failure is a [`ProxyError`], turned into a response in one place
+//! (its `IntoResponse`).
+
+use std::{
+    convert::Infallible,
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use axum::{body::Body, response::IntoResponse};
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, Version, header, request::Parts};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper_util::client::legacy::connect::capture_connection;
+use shopeasy_resilience::{
+    backoff::{Backoff, Jitter},
+    budget::{BudgetConfig, RetryBudget},
+    deadline::{Deadline, HTTP_HEADER},
+    registry::Registry,
+};
+use shopeasy_runtime::telemetry;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::{
+    activity::{Activity, BoxError, ClientSide, RequestBody, ResponseBody},
+    error::ProxyError,
+    headers, observe,
+    retry::{Decision, Replay, RetryPolicy},
+    routes::{NoRoute, Route, RouteTable},
+    server::ClientConnection,
+    settings::GatewaySettings,
+    upstream::{self, UpstreamBody, UpstreamClient},
+};
+
+/// Longest backoff between two retries.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The proxy as a tower service (cheap to clone: one `Arc`).
+#[derive(Debug, Clone)]
+pub struct Proxy {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    routes: RouteTable,
+    /// One retry policy (and budget) per route, in `routes.all()` order.
+    retries: Vec<(&'static str, RetryPolicy)>,
+    client: UpstreamClient,
+    activity_timeout: Duration,
+    max_header_bytes: u64,
+    max_body_bytes: u64,
+    max_buffered_body_bytes: u64,
+}
+
+impl Proxy {
+    /// Builds the proxy and its connection pool from validated settings.
+    ///
+    /// # Errors
+    /// When a route URL cannot be parsed.
+    pub fn new(settings: &GatewaySettings) -> anyhow::Result<Self> {
+        let routes = RouteTable::new(&settings.routes)?;
+        let g = &settings.resilience.gateway;
+        let b = &settings.resilience.retry_budget;
+        let backoff = Backoff::new(g.retry_backoff_seconds.get(), MAX_BACKOFF, Jitter::Full);
+        let retries = routes
+            .all()
+            .iter()
+            .map(|r| {
+                let budget = RetryBudget::new(BudgetConfig {
+                    ratio: b.ratio,
+                    min_retries_per_window: b.min_retries_per_window,
+                    window: b.window_seconds.get(),
+                });
+                (r.name, RetryPolicy::new(g.get_retries, backoff, budget))
+            })
+            .collect();
+        Ok(Self {
+            shared: Arc::new(Shared {
+                routes,
+                retries,
+                client: upstream::client(
+                    g.connect_timeout_seconds.get(),
+                    g.pooled_connection_lifetime_seconds.get(),
+                ),
+                activity_timeout: g.activity_timeout_seconds.get(),
+                max_header_bytes: settings.limits.max_header_bytes,
+                max_body_bytes: settings.limits.max_body_bytes,
+                max_buffered_body_bytes: settings.limits.max_buffered_body_bytes,
+            }),
+        })
+    }
+
+    /// Registers each route's retry budget for `/admin/resilience`.
+    pub fn register(&self, registry: &Registry) {
+        for (name, policy) in &self.shared.retries {
+            registry.budget(*name, policy.budget());
+        }
+    }
+}
+
+impl<B> tower::Service<Request<B>> for Proxy
+where
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // Every request is bounded by the activity timeout; the listener's
+        // accept loop is the only queue.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let shared = self.shared.clone();
+        Box::pin(async move { Ok(shared.handle(request).await) })
+    }
+}
+
+impl Shared {
+    async fn handle<B>(&self, request: Request<B>) -> Response<Body>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let started = Instant::now();
+        let connection = request.extensions().get::<ClientConnection>();
+        // One framing note per request, taken first so notes stay in step.
+        if connection.is_some_and(|c| c.framing.next_is_ambiguous()) {
+            return fail("unmatched", ProxyError::AmbiguousFraming, started);
+        }
+        let route = match self.routes.resolve(request.uri().path()) {
+            Ok(route) => route,
+            Err(no) => {
+                let error = match no {
+                    NoRoute::NotFound => ProxyError::NoRoute,
+                    NoRoute::DotSegment => ProxyError::DotSegment,
+                };
+                return fail("unmatched", error, started);
+            }
+        };
+        let span = tracing::info_span!(
+            "gateway.request",
+            otel.kind = "server",
+            route = route.name,
+            http.request.method = %request.method(),
+            http.response.status_code = tracing::field::Empty,
+            retries = tracing::field::Empty,
+        );
+        telemetry::set_parent_from(&span, request.headers());
+        // Records the request if the client goes away before the answer.
+        let mut waiting = Waiting {
+            route: route.name,
+            started,
+            armed: true,
+        };
+        let result = self
+            .forward(route, request, started)
+            .instrument(span.clone())
+            .await;
+        waiting.armed = false;
+        match result {
+            Ok(response) => {
+                span.record("http.response.status_code", response.status().as_u16());
+                response
+            }
+            Err(error) => {
+                span.record("http.response.status_code", error.status().as_u16());
+                fail(route.name, error, started)
+            }
+        }
+    }
+
+    async fn forward<B>(
+        &self,
+        route: &Route,
+        request: Request<B>,
+        started: Instant,
+    ) -> Result<Response<Body>, ProxyError>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let peer = request
+            .extensions()
+            .get::<ClientConnection>()
+            .map(|c| c.peer.ip());
+        let (mut parts, body) = request.into_parts();
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        headers::check_request(&parts.headers, target.len(), self.max_header_bytes)?;
+        let declared = headers::content_length(&parts.headers)?;
+        if declared.is_some_and(|n| n > self.max_body_bytes) {
+            return Err(ProxyError::BodyTooLarge(self.max_body_bytes));
+        }
+        // HTTP/1.1: without either header there is no body.
+        let has_body = declared.is_some_and(|n| n > 0)
+            || parts.headers.contains_key(header::TRANSFER_ENCODING);
+        let replay = Replay::of(&parts.method, &parts.headers, has_body);
+        let uri = route.uri(target).map_err(|e| {
+            tracing::error!(error = %e, target, "cannot build the upstream URI");
+            ProxyError::Internal
+        })?;
+        let deadline = Deadline::from_headers(&parts.headers);
+        prepare_headers(&mut parts, peer);
+        parts.uri = uri;
+        parts.version = Version::HTTP_11;
+
+        let activity = Arc::new(Activity::new(self.activity_timeout));
+        let client = Arc::new(ClientSide::default());
+        let mut outgoing = match replay {
+            Replay::Bodiless => Outgoing::Replayable(Bytes::new()),
+            Replay::Buffered => {
+                Outgoing::Replayable(self.buffer(body, &activity, &client, deadline).await?)
+            }
+            Replay::Never if !has_body => {
+                Outgoing::Once(Empty::new().map_err(|e| match e {}).boxed_unsync())
+            }
+            Replay::Never => Outgoing::Once(
+                RequestBody::new(body, activity.clone(), client.clone(), self.max_body_bytes)
+                    .boxed_unsync(),
+            ),
+        };
+
+        let policy = self.policy(route.name);
+        policy.deposit();
+        let mut retries = 0u32;
+        let mut previous_delay = Duration::ZERO;
+        loop {
+            let Some(body) = outgoing.next() else {
+                tracing::error!("a streamed request body was about to be sent twice");
+                return Err(ProxyError::Internal);
+            };
+            let mut attempt = Request::from_parts(clone_parts(&parts), body);
+            if let Some(d) = deadline {
+                if d.is_expired() {
+                    return Err(ProxyError::DeadlineExceeded);
+                }
+                d.write_http(attempt.headers_mut());
+            }
+            let capture = capture_connection(&mut attempt);
+            let sent = Instant::now();
+            activity.touch();
+            let result = tokio::select! {
+                r = self.client.request(attempt) => r,
+                () = activity.idle() => {
+                    let error = if client.stalled() {
+                        ProxyError::ClientStalled
+                    } else {
+                        ProxyError::ResponseTimeout
+                    };
+                    observe::attempt(route.name, error.outcome(), sent);
+                    return Err(error);
+                }
+                () = until(deadline) => {
+                    observe::attempt(route.name, ProxyError::DeadlineExceeded.outcome(), sent);
+                    return Err(ProxyError::DeadlineExceeded);
+                }
+            };
+            let error = match result {
+                Ok(response) => {
+                    observe::attempt(route.name, "response", sent);
+                    upstream::watch_lifetime(&response, capture);
+                    if retries > 0 {
+                        observe::retry("success_after_retry");
+                        tracing::Span::current().record("retries", retries);
+                    }
+                    return Ok(respond(response, route.name, activity, started));
+                }
+                Err(e) => {
+                    let error = if client.too_large() {
+                        ProxyError::BodyTooLarge(self.max_body_bytes)
+                    } else if client.failed() {
+                        ProxyError::ClientBody
+                    } else {
+                        upstream::classify(&e)
+                    };
+                    tracing::debug!(
+                        error = %upstream::error_chain(&e),
+                        retries,
+                        "attempt to {} failed",
+                        route.name
+                    );
+                    observe::attempt(route.name, error.outcome(), sent);
+                    error
+                }
+            };
+            let remaining = deadline.map(Deadline::remaining);
+            let decision = policy.decide(
+                replay,
+                error,
+                retries,
+                previous_delay,
+                remaining,
+                &mut rand::rng(),
+            );
+            match decision {
+                Decision::Retry(delay) => {
+                    observe::retry("retried");
+                    tokio::time::sleep(delay).await;
+                    retries += 1;
+                    previous_delay = delay;
+                }
+                Decision::GiveUp(why) => {
+                    if let Some(why) = why {
+                        observe::retry(why);
+                    }
+                    return Err(error);
+                }
+            }
+        }
+    }
+
+    /// Reads a body that may have to be sent more than once, under the
+    /// activity timer (a stalled client gets 408) and the buffered cap.
+    async fn buffer<B>(
+        &self,
+        body: B,
+        activity: &Arc<Activity>,
+        client: &Arc<ClientSide>,
+        deadline: Option<Deadline>,
+    ) -> Result<Bytes, ProxyError>
+    where
+        B: http_body::Body<Data = Bytes> + Unpin,
+        B::Error: Into<BoxError>,
+    {
+        let limit = self.max_buffered_body_bytes;
+        let body = RequestBody::new(body, activity.clone(), client.clone(), limit);
+        tokio::select! {
+            collected = body.collect() => match collected {
+                Ok(c) => Ok(c.to_bytes()),
+                Err(_) if client.too_large() => Err(ProxyError::BodyTooLarge(limit)),
+                Err(_) => Err(ProxyError::ClientBody),
+            },
+            () = activity.idle() => Err(ProxyError::ClientStalled),
+            () = until(deadline) => Err(ProxyError::DeadlineExceeded),
+        }
+    }
+
+    fn policy(&self, route: &str) -> &RetryPolicy {
+        self.retries
+            .iter()
+            .find(|(name, _)| *name == route)
+            .map_or(&self.retries[0].1, |(_, p)| p)
+    }
+}
+
+/// Records a request whose client went away before it was answered (hyper
+/// drops the handler's future; that drop also cancels the upstream request).
+struct Waiting {
+    route: &'static str,
+    started: Instant,
+    armed: bool,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if self.armed {
+            // 499, as nginx logs it: the client closed the request.
+            let status = http::StatusCode::from_u16(499).unwrap_or(http::StatusCode::BAD_REQUEST);
+            observe::request(self.route, status, "client_gone", self.started);
+        }
+    }
+}
+
+/// The body of the next attempt.
+enum Outgoing {
+    /// May be sent any number of times.
+    Replayable(Bytes),
+    /// Sent once; `None` after.
+    Once(UpstreamBody),
+    Spent,
+}
+
+impl Outgoing {
+    fn next(&mut self) -> Option<UpstreamBody> {
+        match std::mem::replace(self, Self::Spent) {
+            Self::Replayable(bytes) => {
+                let body = Full::new(bytes.clone())
+                    .map_err(|e| match e {})
+                    .boxed_unsync();
+                *self = Self::Replayable(bytes);
+                Some(body)
+            }
+            Self::Once(body) => Some(body),
+            Self::Spent => None,
+        }
+    }
+}
+
+/// Rewrites the caller's headers for the service.
+fn prepare_headers(parts: &mut Parts, peer: Option<std::net::IpAddr>) {
+    let host = parts.headers.get(header::HOST).cloned().or_else(|| {
+        parts
+            .uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    });
+    headers::strip_hop_by_hop(&mut parts.headers);
+    headers::set_forwarded(&mut parts.headers, peer, host);
+    // The caller's deadline is re-written per attempt with what remains.
+    parts.headers.remove(HTTP_HEADER);
+    telemetry::inject_current(&mut parts.headers);
+}
+
+fn clone_parts(parts: &Parts) -> Parts {
+    let (mut clone, ()) = Request::new(()).into_parts();
+    clone.method = parts.method.clone();
+    clone.uri = parts.uri.clone();
+    clone.version = parts.version;
+    clone.headers = parts.headers.clone();
+    clone
+}
+
+/// Resolves at the caller's deadline, or never.
+async fn until(deadline: Option<Deadline>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.instant()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The service's response, on its way back.
+fn respond(
+    response: Response<hyper::body::Incoming>,
+    route: &'static str,
+    activity: Arc<Activity>,
+    started: Instant,
+) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    headers::strip_hop_by_hop(&mut parts.headers);
+    parts.extensions = http::Extensions::new();
+    let status = parts.status;
+    let body = ResponseBody::new(body, activity, move |ending| {
+        observe::request(route, status, ending.outcome(), started);
+    });
+    Response::from_parts(parts, Body::new(body))
+}
+
+/// A gateway-made error response, recorded.
+fn fail(route: &'static str, error: ProxyError, started: Instant) -> Response<Body> {
+    observe::request(route, error.status(), error.outcome(), started);
+    error.into_response()
+}

@@ -1,0 +1,286 @@
+//! The gateway's settings (SPEC §8): where each route goes, the resilience
+//! knobs of SPEC §6, and the size caps. [`Default`] is the single source of
+//! truth for every default.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+use shopeasy_runtime::settings::{
+    Seconds, Settings, Validator,
+    common::{LogSettings, RetryBudgetSettings},
+};
+
+/// Everything the gateway reads at start-up.
+///
+/// The gateway has no storage, no Redis and no admin-only routes of its own,
+/// so it takes none of `database_url`, `redis_url` or `admin_token`: a setting
+/// a service does not use is an error, not a silent no-op.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct GatewaySettings {
+    /// The public listener (`LISTEN_ADDR`).
+    pub listen_addr: SocketAddr,
+    /// The admin listener (`ADMIN_ADDR`): metrics, health, `/admin/resilience`.
+    pub admin_addr: SocketAddr,
+    /// OTLP/gRPC trace endpoint; empty for none.
+    pub otel_exporter_otlp_endpoint: String,
+    /// Logging.
+    pub log: LogSettings,
+    /// Where each route is sent.
+    pub routes: RouteSettings,
+    /// Timeouts, retries and the retry budget.
+    pub resilience: ResilienceSettings,
+    /// Size caps on what callers may send.
+    pub limits: LimitSettings,
+}
+
+impl Default for GatewaySettings {
+    fn default() -> Self {
+        Self {
+            listen_addr: ([0, 0, 0, 0], 8080).into(),
+            admin_addr: ([0, 0, 0, 0], 9080).into(),
+            otel_exporter_otlp_endpoint: String::new(),
+            log: LogSettings::default(),
+            routes: RouteSettings::default(),
+            resilience: ResilienceSettings::default(),
+            limits: LimitSettings::default(),
+        }
+    }
+}
+
+/// The upstream of each route (`ROUTES__PRODUCT_URL`, `ROUTES__ORDER_URL`):
+/// `http://host:port` with no path.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct RouteSettings {
+    /// `/api/products*` goes here.
+    pub product_url: String,
+    /// `/api/orders*` goes here.
+    pub order_url: String,
+}
+
+impl Default for RouteSettings {
+    fn default() -> Self {
+        Self {
+            product_url: "http://127.0.0.1:8081".into(),
+            order_url: "http://127.0.0.1:8082".into(),
+        }
+    }
+}
+
+/// `resilience.*`: the groups the gateway uses.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default)]
+pub struct ResilienceSettings {
+    /// `resilience.gateway.*`.
+    pub gateway: GatewayResilience,
+    /// `resilience.retry_budget.*`: one budget per route.
+    pub retry_budget: RetryBudgetSettings,
+}
+
+/// `resilience.gateway.*` (SPEC §6).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct GatewayResilience {
+    /// Longest silence allowed in an exchange: no response headers, or no
+    /// further byte of either body. Cut off with 504 (service silent before
+    /// headers), an aborted stream (after headers) or 408 (client silent).
+    pub activity_timeout_seconds: Seconds,
+    /// Longest wait for a TCP connection to a service (then 504).
+    pub connect_timeout_seconds: Seconds,
+    /// Age (±10 % jitter) after which a pooled connection is not reused.
+    pub pooled_connection_lifetime_seconds: Seconds,
+    /// Retries of a safe request after a connection failure.
+    pub get_retries: u32,
+    /// First retry's backoff (before jitter); doubles per retry.
+    pub retry_backoff_seconds: Seconds,
+}
+
+impl Default for GatewayResilience {
+    fn default() -> Self {
+        Self {
+            activity_timeout_seconds: Seconds::new(30.0),
+            connect_timeout_seconds: Seconds::new(5.0),
+            pooled_connection_lifetime_seconds: Seconds::new(120.0),
+            get_retries: 2,
+            retry_backoff_seconds: Seconds::new(0.025),
+        }
+    }
+}
+
+/// `limits.*`: what a caller may send.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct LimitSettings {
+    /// Request line + headers, in bytes (over → 431).
+    pub max_header_bytes: u64,
+    /// A streamed (passed-through) request body, in bytes (over → 413).
+    pub max_body_bytes: u64,
+    /// A body buffered so it can be re-sent (POST with `Idempotency-Key`),
+    /// in bytes (over → 413).
+    pub max_buffered_body_bytes: u64,
+}
+
+impl Default for LimitSettings {
+    fn default() -> Self {
+        Self {
+            max_header_bytes: 32 * 1024,
+            max_body_bytes: 1024 * 1024,
+            max_buffered_body_bytes: 64 * 1024,
+        }
+    }
+}
+
+impl Settings for GatewaySettings {
+    fn validate(&self, v: &mut Validator) {
+        self.log.validate("log", v);
+        for (key, url) in [
+            ("routes.product_url", &self.routes.product_url),
+            ("routes.order_url", &self.routes.order_url),
+        ] {
+            v.url(key, url, url, &["http"], false);
+            if let Ok(parsed) = url::Url::parse(url)
+                && (parsed.path() != "/" || parsed.query().is_some())
+            {
+                v.fail(key, url, "must be http://host:port with no path or query");
+            }
+        }
+        if !self.otel_exporter_otlp_endpoint.is_empty() {
+            v.url(
+                "otel_exporter_otlp_endpoint",
+                &self.otel_exporter_otlp_endpoint,
+                &self.otel_exporter_otlp_endpoint,
+                &["http", "https"],
+                true,
+            );
+        }
+        let g = &self.resilience.gateway;
+        let p = "resilience.gateway";
+        v.seconds(
+            &format!("{p}.activity_timeout_seconds"),
+            g.activity_timeout_seconds,
+            0.05..=3600.0,
+        );
+        v.seconds(
+            &format!("{p}.connect_timeout_seconds"),
+            g.connect_timeout_seconds,
+            0.01..=300.0,
+        );
+        v.seconds(
+            &format!("{p}.pooled_connection_lifetime_seconds"),
+            g.pooled_connection_lifetime_seconds,
+            0.1..=86_400.0,
+        );
+        v.number(&format!("{p}.get_retries"), g.get_retries, 0..=10);
+        v.seconds(
+            &format!("{p}.retry_backoff_seconds"),
+            g.retry_backoff_seconds,
+            0.001..=10.0,
+        );
+        self.resilience
+            .retry_budget
+            .validate("resilience.retry_budget", v);
+        let l = &self.limits;
+        v.number(
+            "limits.max_header_bytes",
+            l.max_header_bytes,
+            1024..=1024 * 1024,
+        );
+        v.number(
+            "limits.max_body_bytes",
+            l.max_body_bytes,
+            1024..=1024 * 1024 * 1024,
+        );
+        v.number(
+            "limits.max_buffered_body_bytes",
+            l.max_buffered_body_bytes,
+            1024..=16 * 1024 * 1024,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use shopeasy_runtime::settings::{Loader, SettingsError};
+
+    use super::*;
+
+    fn errors(vars: &[(&str, &str)]) -> Vec<String> {
+        match Loader::new()
+            .env(vars.iter().copied())
+            .load::<GatewaySettings>()
+        {
+            Err(SettingsError::Invalid(e)) => e.iter().map(ToString::to_string).collect(),
+            other => panic!("expected invalid settings, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid_and_match_the_spec() {
+        let s: GatewaySettings = Loader::new().load().unwrap();
+        assert_eq!(s, GatewaySettings::default());
+        let g = &s.resilience.gateway;
+        assert_eq!(g.activity_timeout_seconds, Seconds::new(30.0));
+        assert_eq!(g.connect_timeout_seconds, Seconds::new(5.0));
+        assert_eq!(g.pooled_connection_lifetime_seconds, Seconds::new(120.0));
+        assert_eq!(g.get_retries, 2);
+        assert_eq!(s.listen_addr.port(), 8080);
+        assert_eq!(s.admin_addr.port(), 9080);
+        assert_eq!(s.routes.product_url, "http://127.0.0.1:8081");
+        assert_eq!(s.routes.order_url, "http://127.0.0.1:8082");
+        assert_eq!(s.limits.max_buffered_body_bytes, 64 * 1024);
+    }
+
+    #[test]
+    fn environment_overrides_routes_and_timeouts() {
+        let s: GatewaySettings = Loader::new()
+            .env([
+                ("ROUTES__PRODUCT_URL", "http://product:8081"),
+                ("RESILIENCE__GATEWAY__ACTIVITY_TIMEOUT_SECONDS", "0.5"),
+            ])
+            .load()
+            .unwrap();
+        assert_eq!(s.routes.product_url, "http://product:8081");
+        assert_eq!(
+            s.resilience.gateway.activity_timeout_seconds,
+            Seconds::new(0.5)
+        );
+    }
+
+    #[test]
+    fn zero_or_absurd_values_are_refused_naming_key_value_and_range() {
+        let errs = errors(&[
+            ("RESILIENCE__GATEWAY__ACTIVITY_TIMEOUT_SECONDS", "0"),
+            ("RESILIENCE__GATEWAY__CONNECT_TIMEOUT_SECONDS", "100000"),
+            (
+                "RESILIENCE__GATEWAY__POOLED_CONNECTION_LIFETIME_SECONDS",
+                "0",
+            ),
+            ("RESILIENCE__GATEWAY__GET_RETRIES", "1000"),
+            ("RESILIENCE__RETRY_BUDGET__RATIO", "7"),
+            ("LIMITS__MAX_BODY_BYTES", "0"),
+        ]);
+        assert_eq!(
+            errs,
+            [
+                "resilience.gateway.activity_timeout_seconds (env RESILIENCE__GATEWAY__ACTIVITY_TIMEOUT_SECONDS) = 0: must be between 0.05 and 3600 seconds",
+                "resilience.gateway.connect_timeout_seconds (env RESILIENCE__GATEWAY__CONNECT_TIMEOUT_SECONDS) = 100000: must be between 0.01 and 300 seconds",
+                "resilience.gateway.pooled_connection_lifetime_seconds (env RESILIENCE__GATEWAY__POOLED_CONNECTION_LIFETIME_SECONDS) = 0: must be between 0.1 and 86400 seconds",
+                "resilience.gateway.get_retries (env RESILIENCE__GATEWAY__GET_RETRIES) = 1000: must be between 0 and 10",
+                "resilience.retry_budget.ratio (env RESILIENCE__RETRY_BUDGET__RATIO) = 7: must be between 0 and 1",
+                "limits.max_body_bytes (env LIMITS__MAX_BODY_BYTES) = 0: must be between 1024 and 1073741824",
+            ]
+        );
+    }
+
+    #[test]
+    fn route_urls_must_be_plain_http_origins() {
+        let errs = errors(&[
+            ("ROUTES__PRODUCT_URL", "ftp://x"),
+            ("ROUTES__ORDER_URL", "http://order:8082/prefix"),
+        ]);
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(errs[0].starts_with("routes.product_url"), "{errs:?}");
+        assert!(errs[1].contains("no path"), "{errs:?}");
+    }
+}

@@ -1,0 +1,17 @@
+//! `shopeasy-inventory`: the Inventory gRPC service (see the library docs).
+
+use clap::Parser;
+use shopeasy_runtime::settings::ConfigArgs;
+
+/// ShopEasy's Inventory service: stock and reservations over gRPC.
+#[derive(Debug, Parser)]
+#[command(name = "shopeasy-inventory", version, about)]
+struct Cli {
+    #[command(flatten)]
+    config: ConfigArgs,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    shopeasy_runtime::lifecycle::run::<shopeasy_inventory::App>(&cli.config)
+}

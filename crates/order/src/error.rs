@@ -1,0 +1,197 @@
+//! The order service's one error enum, and its one mapping onto the wire
+//! (RFC 9457 problems). Details of internal failures are logged here and
+//! never sent.
+
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use shopeasy_runtime::problem::{FieldError, Problem};
+use uuid::Uuid;
+
+use crate::domain::Shortage;
+
+/// Seconds a client is told to wait before retrying after a 503.
+pub const RETRY_AFTER_SECONDS: u64 = 2;
+
+/// Everything that can go wrong serving an order request.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Some fields are invalid (422).
+    #[error("invalid request")]
+    Validation(Vec<FieldError>),
+    /// No such order (404).
+    #[error("no such order")]
+    NotFound,
+    /// Some products do not exist (404 `unknown-product`).
+    #[error("unknown products")]
+    UnknownProducts(Vec<Uuid>),
+    /// Stock is insufficient (409 `out-of-stock`); `order` is the rejected
+    /// order when one was recorded.
+    #[error("out of stock")]
+    OutOfStock {
+        /// The short products.
+        shortages: Vec<Shortage>,
+        /// The order, now `rejected`, if one was created.
+        order: Option<Uuid>,
+    },
+    /// The order cannot be cancelled in its state (409).
+    #[error("order cannot be cancelled")]
+    NotCancellable,
+    /// The idempotency key was used with another request (422).
+    #[error("idempotency key reused with a different request")]
+    KeyReused,
+    /// The first request with this key is still running (409).
+    #[error("a request with this idempotency key is in progress")]
+    InProgress {
+        /// Seconds until it is worth retrying.
+        retry_after: u64,
+    },
+    /// Inventory is unavailable and nothing cached can answer (503).
+    #[error("inventory unavailable")]
+    InventoryUnavailable,
+    /// Product is unavailable (503).
+    #[error("product service unavailable")]
+    ProductUnavailable,
+    /// The database is unreachable (503).
+    #[error("database unavailable: {0}")]
+    DatabaseUnavailable(#[source] sqlx::Error),
+    /// The caller's deadline passed (504).
+    #[error("deadline exceeded")]
+    DeadlineExceeded,
+    /// A test failpoint stopped the request as a crash would.
+    #[error("failpoint {0:?} hit")]
+    Failpoint(crate::failpoints::Failpoint),
+    /// A bug or an unexpected database answer (500, logged).
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        let timed_out = matches!(
+            &e,
+            // Postgres: query_canceled (statement_timeout), lock_not_available.
+            sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("57014" | "55P03"))
+        );
+        if timed_out || shopeasy_runtime::db::is_connection_error(&e) {
+            Self::DatabaseUnavailable(e)
+        } else {
+            Self::Internal(e.into())
+        }
+    }
+}
+
+impl Error {
+    /// The problem this error is on the wire.
+    pub fn to_problem(&self) -> Problem {
+        match self {
+            Self::Validation(errors) => Problem::validation(errors.iter().cloned()),
+            Self::NotFound => Problem::not_found().detail("no such order"),
+            Self::UnknownProducts(ids) => {
+                Problem::new(StatusCode::NOT_FOUND, "unknown-product", "Unknown product")
+                    .detail("some products do not exist")
+                    .extension("products", ids)
+            }
+            Self::OutOfStock { shortages, order } => {
+                let mut p = Problem::new(StatusCode::CONFLICT, "out-of-stock", "Out of stock")
+                    .detail("some products do not have enough stock")
+                    .extension("products", shortages);
+                if let Some(id) = order {
+                    p = p.extension("order_id", id);
+                }
+                p
+            }
+            Self::NotCancellable => Problem::new(
+                StatusCode::CONFLICT,
+                "not-cancellable",
+                "Order cannot be cancelled",
+            )
+            .detail("a rejected order holds no stock and cannot be cancelled"),
+            Self::KeyReused => Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency-key-reused",
+                "Idempotency key reused",
+            )
+            .detail("this Idempotency-Key was used with a different request"),
+            Self::InProgress { retry_after } => Problem::new(
+                StatusCode::CONFLICT,
+                "request-in-progress",
+                "Request in progress",
+            )
+            .detail("a request with this Idempotency-Key is still being processed")
+            .retry_after(*retry_after),
+            Self::InventoryUnavailable => Problem::unavailable(
+                "inventory is unavailable and no cached stock can answer",
+                RETRY_AFTER_SECONDS,
+            ),
+            Self::ProductUnavailable => {
+                Problem::unavailable("the product catalogue is unavailable", RETRY_AFTER_SECONDS)
+            }
+            Self::DatabaseUnavailable(_) => {
+                Problem::unavailable("the order database is unavailable", RETRY_AFTER_SECONDS)
+            }
+            Self::DeadlineExceeded => Problem::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "deadline-exceeded",
+                "Deadline exceeded",
+            )
+            .detail("the request's deadline passed before it could be completed"),
+            Self::Failpoint(_) | Self::Internal(_) => Problem::internal(),
+        }
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        match &self {
+            Self::Internal(e) => tracing::error!(error = format!("{e:#}"), "internal error"),
+            Self::DatabaseUnavailable(e) => tracing::warn!(error = %e, "database unavailable"),
+            _ => {}
+        }
+        self.to_problem().into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_follow_the_spec() {
+        let cases = [
+            (Error::Validation(vec![]), 422),
+            (Error::NotFound, 404),
+            (Error::UnknownProducts(vec![]), 404),
+            (
+                Error::OutOfStock {
+                    shortages: vec![],
+                    order: None,
+                },
+                409,
+            ),
+            (Error::KeyReused, 422),
+            (Error::InProgress { retry_after: 1 }, 409),
+            (Error::InventoryUnavailable, 503),
+            (Error::ProductUnavailable, 503),
+            (Error::DeadlineExceeded, 504),
+            (Error::Internal(anyhow::anyhow!("secret detail")), 500),
+        ];
+        for (error, status) in cases {
+            let p = error.to_problem();
+            assert_eq!(p.status, status, "{error:?}");
+            let body = serde_json::to_string(&p).unwrap();
+            assert!(!body.contains("secret detail"), "{body}");
+        }
+        assert_eq!(
+            Error::InProgress { retry_after: 1 }
+                .to_problem()
+                .retry_after,
+            Some(1)
+        );
+        assert!(
+            Error::InventoryUnavailable
+                .to_problem()
+                .retry_after
+                .is_some()
+        );
+    }
+}

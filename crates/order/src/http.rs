@@ -1,0 +1,194 @@
+//! The public HTTP API (SPEC §3): thin adapters that extract, parse into
+//! domain types, call [`Orders`], and map the result. Errors become
+//! problems in [`crate::error`]; successful placements are rendered here,
+//! once, so that what is stored for an idempotent replay is exactly what
+//! was sent.
+
+use std::time::Duration;
+
+use axum::{
+    Router,
+    extract::{DefaultBodyLimit, Path, State},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use serde::{Deserialize, Serialize};
+use shopeasy_resilience::deadline::Deadline;
+use shopeasy_runtime::problem::{FieldError, Json, Problem, Query};
+use uuid::Uuid;
+
+use crate::{
+    domain::{NewOrder, Order, OrderRequest},
+    error::Error,
+    idempotency::{self, valid_key},
+    saga::{Orders, Placed},
+    store::StoredResponse,
+};
+
+/// Largest accepted request body (SPEC §3).
+pub const BODY_LIMIT: usize = 64 * 1024;
+/// The request header carrying the idempotency key.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// The response header marking a replay.
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
+/// What the handlers share.
+#[derive(Debug, Clone)]
+struct Api {
+    orders: Orders,
+    key_lock: Duration,
+}
+
+/// The public router: `/api/orders…`, with request telemetry and the body
+/// limit; anything else is a 404 problem.
+pub fn router(orders: Orders, key_lock: Duration) -> Router {
+    Router::new()
+        .route("/api/orders", post(place).get(list))
+        .route("/api/orders/{id}", get(show))
+        .route("/api/orders/{id}/cancel", post(cancel))
+        .fallback(|| async { Problem::not_found() })
+        .method_not_allowed_fallback(|| async { Problem::method_not_allowed() })
+        .with_state(Api { orders, key_lock })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(
+            "shopeasy-order",
+            shopeasy_runtime::telemetry::observe_http,
+        ))
+}
+
+async fn place(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Json(request): Json<OrderRequest>,
+) -> Result<Response, Error> {
+    let deadline = Deadline::from_headers(&headers);
+    let key = match headers.get(IDEMPOTENCY_KEY) {
+        None => None,
+        Some(v) => match v.to_str().ok().filter(|k| valid_key(k)) {
+            Some(k) => Some(k.to_owned()),
+            None => {
+                return Err(Error::Validation(vec![FieldError::new(
+                    "Idempotency-Key",
+                    "must be 1 to 255 visible ASCII characters",
+                )]));
+            }
+        },
+    };
+    let request = NewOrder::parse(request).map_err(Error::Validation)?;
+    let reply = idempotency::place_once(
+        &api.orders,
+        key.as_deref(),
+        &request,
+        deadline,
+        api.key_lock,
+        render,
+    )
+    .await?;
+    let mut response = replay(&reply.response);
+    if reply.replayed {
+        response.headers_mut().insert(
+            HeaderName::from_static(IDEMPOTENT_REPLAYED),
+            HeaderValue::from_static("true"),
+        );
+    }
+    Ok(response)
+}
+
+/// Renders the outcome of placing an order: 201/202 with `Location` and
+/// the order, or the error's problem.
+fn render(outcome: &Result<Placed, Error>) -> StoredResponse {
+    let (status, order) = match outcome {
+        Ok(Placed::Confirmed(order)) => (StatusCode::CREATED, order),
+        Ok(Placed::Pending(order)) => (StatusCode::ACCEPTED, order),
+        Err(e) => {
+            let problem = e.to_problem();
+            let mut headers = vec![(
+                header::CONTENT_TYPE.to_string(),
+                shopeasy_runtime::problem::CONTENT_TYPE.to_owned(),
+            )];
+            if let Some(secs) = problem.retry_after {
+                headers.push((header::RETRY_AFTER.to_string(), secs.to_string()));
+            }
+            if let Error::Internal(e) = e {
+                tracing::error!(error = format!("{e:#}"), "placing an order failed");
+            }
+            return StoredResponse {
+                status: problem.status,
+                headers,
+                body: serde_json::to_string(&problem).unwrap_or_default(),
+            };
+        }
+    };
+    StoredResponse {
+        status: status.as_u16(),
+        headers: vec![
+            (
+                header::CONTENT_TYPE.to_string(),
+                "application/json".to_owned(),
+            ),
+            (
+                header::LOCATION.to_string(),
+                format!("/api/orders/{}", order.id),
+            ),
+        ],
+        body: serde_json::to_string(order).unwrap_or_default(),
+    }
+}
+
+/// Turns a stored response back into a response, byte for byte.
+fn replay(stored: &StoredResponse) -> Response {
+    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = (status, stored.body.clone()).into_response();
+    let headers = response.headers_mut();
+    for (name, value) in &stored.headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+    response
+}
+
+async fn show(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<Order>, Error> {
+    let id = Uuid::try_parse(&id).map_err(|_| Error::NotFound)?;
+    Ok(Json(api.orders.get(id).await?))
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    customer_id: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct OrderList {
+    items: Vec<Order>,
+}
+
+async fn list(
+    State(api): State<Api>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<OrderList>, Error> {
+    let customer = query
+        .customer_id
+        .filter(|c| !c.trim().is_empty())
+        .ok_or_else(|| Error::Validation(vec![FieldError::new("customer_id", "is required")]))?;
+    Ok(Json(OrderList {
+        items: api.orders.of_customer(customer.trim()).await?,
+    }))
+}
+
+async fn cancel(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Order>, Error> {
+    let id = Uuid::try_parse(&id).map_err(|_| Error::NotFound)?;
+    Ok(Json(
+        api.orders
+            .cancel(id, Deadline::from_headers(&headers))
+            .await?,
+    ))
+}

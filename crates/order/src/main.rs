@@ -1,0 +1,18 @@
+//! `shopeasy-order`: the order service binary (all of it lives in the
+//! library; see `shopeasy_order`).
+
+use clap::Parser;
+use shopeasy_runtime::settings::ConfigArgs;
+
+/// ShopEasy's order service.
+#[derive(Debug, Parser)]
+#[command(name = "shopeasy-order", version, about)]
+struct Cli {
+    #[command(flatten)]
+    config: ConfigArgs,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    shopeasy_runtime::lifecycle::run::<shopeasy_order::App>(&cli.config)
+}

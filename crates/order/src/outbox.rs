@@ -1,0 +1,74 @@
+//! The outbox relay: a background worker that does the Inventory work the
+//! order requests could not finish (FAULTS.md, "Outbox and saga").
+//!
+//! Every `poll_interval` it claims due rows whose lease ran out (several
+//! replicas may run it: Postgres hands each row to one claimer with `FOR
+//! UPDATE SKIP LOCKED`), runs them concurrently through
+//! [`Orders::run_task`] — `ReserveStock` for `pending` orders, `ReleaseStock`
+//! for cancelled ones, both keyed by the order id so a repeat is harmless —
+//! and publishes the backlog as `shopeasy_outbox_backlog`. Inventory calls go
+//! through the same client as requests, so the breaker and retry budget
+//! apply; failed rows come back after a jittered exponential backoff.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use tokio_util::sync::CancellationToken;
+
+use crate::{domain::now_ms, saga::Orders};
+
+/// How the worker polls.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerConfig {
+    /// Pause between two polls.
+    pub poll_interval: Duration,
+    /// Most rows claimed per poll.
+    pub batch_size: u32,
+    /// How long a claimed row is this worker's.
+    pub lease: Duration,
+}
+
+/// Runs the worker until `shutdown`.
+pub async fn run(orders: Orders, config: WorkerConfig, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(config.poll_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        poll_once(&orders, config).await;
+    }
+}
+
+/// Claims and runs one batch; returns how many rows it ran.
+pub async fn poll_once(orders: &Orders, config: WorkerConfig) -> usize {
+    let store = orders.store();
+    let now = now_ms();
+    let lease = i64::try_from(config.lease.as_millis()).unwrap_or(i64::MAX);
+    let ran = match store
+        .claim_tasks(now, now.saturating_add(lease), i64::from(config.batch_size))
+        .await
+    {
+        Ok(tasks) => {
+            let results = join_all(tasks.iter().map(|task| orders.run_task(task))).await;
+            for (task, result) in tasks.iter().zip(&results) {
+                if let Err(e) = result {
+                    tracing::warn!(order = %task.order_id, action = ?task.action, error = %e,
+                        "outbox task failed; it is retried when its lease runs out");
+                }
+            }
+            tasks.len()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot claim outbox rows");
+            0
+        }
+    };
+    match store.backlog().await {
+        #[allow(clippy::cast_precision_loss)]
+        Ok(n) => metrics::gauge!("shopeasy_outbox_backlog").set(n as f64),
+        Err(e) => tracing::debug!(error = %e, "cannot count the outbox"),
+    }
+    ran
+}

@@ -1,0 +1,74 @@
+//! The order service's view of Inventory: two small traits the domain
+//! depends on, so the saga, the stock cache and the outbox worker are
+//! testable with in-memory fakes and never see generated gRPC types.
+//!
+//! - [`StockSource`]: how many units of a product are available (what the
+//!   stock cache wraps);
+//! - [`Reservations`]: reserve all lines of an order or none, and release
+//!   them — both idempotent by reservation id (the order id).
+
+use std::fmt;
+
+use futures::future::BoxFuture;
+use shopeasy_resilience::deadline::Deadline;
+use uuid::Uuid;
+
+use crate::domain::{NewLine, Shortage};
+
+/// Why Inventory gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StockError {
+    /// Inventory could not answer: refused, reset, timed out, circuit open,
+    /// bulkhead full, or an error status. One error for all of them; the
+    /// reason is for logs and metrics only.
+    #[error("inventory unavailable: {0}")]
+    Unavailable(String),
+    /// The caller's own deadline passed (not Inventory's fault, not counted
+    /// against it).
+    #[error("the caller's deadline passed")]
+    DeadlineExceeded,
+}
+
+/// The answer to a reservation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reserved {
+    /// Every line is reserved (now or by an earlier call with this id).
+    Yes,
+    /// Nothing was reserved: these products are short (a product Inventory
+    /// has no record of is short with 0 available).
+    Insufficient(Vec<Shortage>),
+}
+
+/// Units available per product.
+///
+/// Every method takes the caller's deadline (`None`: no caller waiting, as
+/// for the outbox worker): no call outlives it.
+pub trait StockSource: Send + Sync + fmt::Debug + 'static {
+    /// Units of `product` available; `None` when Inventory has no record of
+    /// it.
+    fn available(
+        &self,
+        product: Uuid,
+        deadline: Option<Deadline>,
+    ) -> BoxFuture<'_, Result<Option<i64>, StockError>>;
+}
+
+/// Reserving and releasing stock for an order.
+pub trait Reservations: Send + Sync + fmt::Debug + 'static {
+    /// Reserves every line or none, keyed by `reservation_id`: repeating it
+    /// reserves nothing more.
+    fn reserve(
+        &self,
+        reservation_id: Uuid,
+        lines: Vec<NewLine>,
+        deadline: Option<Deadline>,
+    ) -> BoxFuture<'_, Result<Reserved, StockError>>;
+
+    /// Returns what `reservation_id` holds to stock. Idempotent; an unknown
+    /// id is fine.
+    fn release(
+        &self,
+        reservation_id: Uuid,
+        deadline: Option<Deadline>,
+    ) -> BoxFuture<'_, Result<(), StockError>>;
+}

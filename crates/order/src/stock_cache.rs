@@ -1,0 +1,265 @@
+//! The stale-serving stock cache (SPEC §5), itself a [`StockSource`] in
+//! front of Inventory's.
+//!
+//! Layers, nearest first:
+//! 1. **in-process** — the resilience crate's [`StaleCache`]: a fresh entry
+//!    answers directly; an expired one is refreshed by one detached,
+//!    single-flight fetch shared by every concurrent order for that
+//!    product; when Inventory is unavailable the expired copy answers
+//!    (`stale`) for up to `max_stale_seconds`.
+//! 2. **Redis** (when `redis_url` is set) — shared by the replicas: a fetch
+//!    first looks there for a fresh value another replica stored, and every
+//!    value fetched from Inventory is written back. When Inventory is
+//!    unavailable and this process has no copy (say, just after a
+//!    restart), a stale Redis copy still answers. Every Redis call has its
+//!    own short timeout, and a failing Redis rests for a second: Redis
+//!    trouble degrades to layer 1 and never fails an order.
+//! 3. **Inventory** — through the resilient client.
+//!
+//! Only a product with no usable value anywhere gets
+//! [`StockError::Unavailable`] (the order answers 503).
+
+use std::{
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use futures::future::BoxFuture;
+use redis::{
+    Client,
+    aio::{ConnectionManager, ConnectionManagerConfig},
+};
+use shopeasy_resilience::{
+    deadline::Deadline,
+    stale_cache::{CacheConfig, CacheError, StaleCache},
+};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::{
+    domain::now_ms,
+    settings::StockCacheSettings,
+    stock::{StockError, StockSource},
+};
+
+/// The metric prefix: `shopeasy_stock_cache_requests_total{result}`.
+pub const METRIC: &str = "shopeasy_stock_cache";
+
+/// How long a failing Redis is left alone before it is tried again.
+const REDIS_REST: Duration = Duration::from_secs(1);
+
+/// Stock per product, cached (see the module docs).
+#[derive(Debug, Clone)]
+pub struct StockCache {
+    cache: StaleCache<Uuid, i64>,
+    l2: Option<RedisStock>,
+    usable_for: Duration,
+}
+
+impl StockCache {
+    /// A cache in front of `source`, with Redis as its second layer when
+    /// `redis_url` is not empty.
+    ///
+    /// # Errors
+    /// When `redis_url` is not a Redis URL.
+    pub fn new(
+        source: Arc<dyn StockSource>,
+        settings: &StockCacheSettings,
+        redis_url: &str,
+    ) -> anyhow::Result<Self> {
+        let ttl = settings.ttl_seconds.get();
+        let l2 = if redis_url.is_empty() {
+            None
+        } else {
+            Some(RedisStock::new(
+                redis_url,
+                &settings.key_prefix,
+                settings.redis_timeout_seconds.get(),
+                ttl + settings.max_stale_seconds.get(),
+            )?)
+        };
+        let fetch_timeout = settings.fetch_timeout_seconds.get();
+        let layer2 = l2.clone();
+        let cache = StaleCache::new(
+            CacheConfig {
+                ttl,
+                max_staleness: settings.max_stale_seconds.get(),
+                name: METRIC,
+                fetch_timeout,
+            },
+            move |product: Uuid| {
+                let source = source.clone();
+                let l2 = layer2.clone();
+                async move {
+                    if let Some(l2) = &l2
+                        && let Some((value, age)) = l2.get(product).await
+                        && age < ttl
+                    {
+                        return Ok(value);
+                    }
+                    // The fetch has its own deadline, not any caller's.
+                    match source
+                        .available(product, Some(Deadline::after(fetch_timeout)))
+                        .await
+                    {
+                        Ok(Some(value)) => {
+                            if let Some(l2) = l2 {
+                                tokio::spawn(async move { l2.put(product, value).await });
+                            }
+                            Ok(value)
+                        }
+                        Ok(None) => Err(CacheError::NotFound),
+                        Err(e) => Err(CacheError::unavailable(e)),
+                    }
+                }
+            },
+        );
+        Ok(Self {
+            cache,
+            l2,
+            usable_for: ttl + settings.max_stale_seconds.get(),
+        })
+    }
+
+    /// The in-process layer (for `/admin/resilience`).
+    pub fn layer(&self) -> &StaleCache<Uuid, i64> {
+        &self.cache
+    }
+}
+
+impl StockSource for StockCache {
+    fn available(
+        &self,
+        product: Uuid,
+        deadline: Option<Deadline>,
+    ) -> BoxFuture<'_, Result<Option<i64>, StockError>> {
+        Box::pin(async move {
+            match self.cache.get(product, deadline).await {
+                Ok(cached) => Ok(Some(cached.value)),
+                Err(CacheError::NotFound) => Ok(None),
+                Err(e) => {
+                    if e.is_unavailable()
+                        && let Some(l2) = &self.l2
+                        && let Some((value, age)) = l2.get(product).await
+                        && age <= self.usable_for
+                    {
+                        metrics::counter!("shopeasy_stock_cache_l2_requests_total", "result" => "stale")
+                            .increment(1);
+                        return Ok(Some(value));
+                    }
+                    Err(StockError::Unavailable(e.to_string()))
+                }
+            }
+        })
+    }
+}
+
+/// The Redis layer: `<prefix>stock:<product id>` = `<available>:<unix ms>`,
+/// expiring when it is too old to serve even stale.
+#[derive(Clone)]
+struct RedisStock {
+    conn: ConnectionManager,
+    prefix: String,
+    timeout: Duration,
+    expiry: Duration,
+    resting_until: Arc<Mutex<Option<Instant>>>,
+}
+
+impl std::fmt::Debug for RedisStock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStock")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStock {
+    fn new(url: &str, prefix: &str, timeout: Duration, expiry: Duration) -> anyhow::Result<Self> {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout.max(Duration::from_millis(500))))
+            .set_response_timeout(Some(timeout))
+            .set_min_delay(Duration::from_millis(100))
+            .set_max_delay(Duration::from_secs(5))
+            .set_number_of_retries(6);
+        Ok(Self {
+            conn: ConnectionManager::new_lazy_with_config(Client::open(url)?, config)?,
+            prefix: prefix.to_owned(),
+            timeout,
+            expiry,
+            resting_until: Arc::default(),
+        })
+    }
+
+    fn key(&self, product: Uuid) -> String {
+        format!("{}stock:{product}", self.prefix)
+    }
+
+    fn resting(&self) -> bool {
+        let guard = self
+            .resting_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        guard.is_some_and(|until| Instant::now() < until)
+    }
+
+    /// One bounded Redis call; a failure rests Redis for [`REDIS_REST`].
+    async fn call<T>(&self, cmd: redis::Cmd) -> Option<T>
+    where
+        T: redis::FromRedisValue,
+    {
+        if self.resting() {
+            metrics::counter!("shopeasy_stock_cache_l2_requests_total", "result" => "resting")
+                .increment(1);
+            return None;
+        }
+        let mut conn = self.conn.clone();
+        let result = tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut conn)).await;
+        match result {
+            Ok(Ok(v)) => Some(v),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "redis stock cache call failed");
+                self.rest();
+                None
+            }
+            Err(_) => {
+                tracing::debug!(timeout = ?self.timeout, "redis stock cache call timed out");
+                self.rest();
+                None
+            }
+        }
+    }
+
+    fn rest(&self) {
+        metrics::counter!("shopeasy_stock_cache_l2_requests_total", "result" => "error")
+            .increment(1);
+        *self
+            .resting_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + REDIS_REST);
+    }
+
+    /// The stored value and its age.
+    async fn get(&self, product: Uuid) -> Option<(i64, Duration)> {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(self.key(product));
+        let raw: Option<String> = self.call(cmd).await?;
+        let (value, at) = raw.as_deref()?.split_once(':')?;
+        let value = value.parse().ok()?;
+        let at: i64 = at.parse().ok()?;
+        let age = Duration::from_millis(u64::try_from(now_ms() - at).unwrap_or(0));
+        Some((value, age))
+    }
+
+    async fn put(&self, product: Uuid, value: i64) {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(self.key(product))
+            .arg(format!("{value}:{}", now_ms()))
+            .arg("PX")
+            .arg(
+                u64::try_from(self.expiry.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .max(1),
+            );
+        let _: Option<()> = self.call(cmd).await;
+    }
+}

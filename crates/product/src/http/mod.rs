@@ -1,0 +1,117 @@
+//! The public HTTP API (SPEC §3) and its OpenAPI document.
+//!
+//! The router is built from the annotated handlers with `utoipa-axum`, which
+//! registers each handler and its OpenAPI operation together: the document
+//! served at `/api/products/openapi.json` cannot drift from the routes.
+//!
+//! Layers, outer to inner: request metrics and the server span
+//! (`telemetry::observe_http`), then the 64 KiB body limit (413 as
+//! problem+json via `problem::Json`). Unknown paths and methods answer
+//! problem+json 404 / 405.
+
+mod auth;
+mod error;
+mod handlers;
+
+use std::sync::Arc;
+
+use axum::{
+    Router,
+    extract::DefaultBodyLimit,
+    http::header,
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use shopeasy_product_api::paths;
+use shopeasy_runtime::{problem::Problem, settings::Secret, telemetry};
+use utoipa::{
+    Modify, OpenApi,
+    openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
+};
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use crate::catalogue::Catalogue;
+
+/// The largest request body accepted.
+pub const BODY_LIMIT: usize = 64 * 1024;
+
+/// What every handler shares. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The catalogue.
+    pub catalogue: Catalogue,
+    /// The admin bearer token.
+    pub admin_token: Secret,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "ShopEasy Product API",
+        description = "The catalogue. Errors are RFC 9457 problem details (`application/problem+json`)."
+    ),
+    modifiers(&BearerToken),
+    tags((name = "products", description = "The product catalogue"))
+)]
+struct ApiDoc;
+
+/// Declares the `bearer` security scheme the admin operations name.
+struct BearerToken;
+
+impl Modify for BearerToken {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The public router with its OpenAPI document at
+/// [`paths::OPENAPI`](shopeasy_product_api::paths::OPENAPI).
+pub fn router(state: AppState) -> Router {
+    let (router, api) = api_router().split_for_parts();
+    let document: Arc<str> = api.to_json().unwrap_or_else(|_| "{}".to_owned()).into();
+    router
+        .route(
+            paths::OPENAPI,
+            get(move || {
+                let document = Arc::clone(&document);
+                async move {
+                    (
+                        [(header::CONTENT_TYPE, "application/json")],
+                        document.to_string(),
+                    )
+                }
+            }),
+        )
+        .fallback(|| async { Problem::not_found() })
+        .method_not_allowed_fallback(|| async { method_not_allowed() })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(
+            crate::NAME,
+            telemetry::observe_http,
+        ))
+        .with_state(state)
+}
+
+fn method_not_allowed() -> Response {
+    Problem::method_not_allowed().into_response()
+}
+
+/// The OpenAPI document, as served.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_router().into_openapi()
+}
+
+/// Every operation, registered with its handler.
+fn api_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(handlers::list_products, handlers::create_product))
+        .routes(routes!(
+            handlers::get_product,
+            handlers::update_product,
+            handlers::delete_product
+        ))
+}

@@ -1,0 +1,17 @@
+//! `shopeasy-product`: the Product service binary (see the library docs).
+
+use clap::Parser;
+use shopeasy_runtime::settings::ConfigArgs;
+
+/// The ShopEasy Product service.
+#[derive(Debug, Parser)]
+#[command(name = "shopeasy-product", version, about)]
+struct Cli {
+    #[command(flatten)]
+    config: ConfigArgs,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    shopeasy_runtime::lifecycle::run::<shopeasy_product::App>(&cli.config)
+}

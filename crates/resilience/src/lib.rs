@@ -1,0 +1,114 @@
+//! Calling another service without making a bad day worse.
+//!
+//! `shopeasy-resilience` is the crate ShopEasy's services compose their
+//! client stacks from, and the one meant to be copied: it depends on tokio,
+//! tower, http, rand, serde, metrics and tracing only (plus tonic for the
+//! gRPC policy, behind the default `grpc` feature), never on the rest of
+//! ShopEasy.
+//!
+//! # The pieces, and why each exists
+//!
+//! - [`deadline`]: an absolute [`Deadline`](deadline::Deadline) carried in
+//!   the request, narrowed on the way in and sent on the way out, so no hop
+//!   works on a request its caller has given up on.
+//! - [`backoff`]: exponential backoff with full, equal or decorrelated
+//!   jitter, so clients that failed together do not retry together.
+//! - [`budget`]: a [`RetryBudget`](budget::RetryBudget) capping retries at a
+//!   ratio of recent traffic, so retries cannot multiply load during an
+//!   outage.
+//! - [`retry`]: the [`RetryLayer`](retry::RetryLayer) and its policies —
+//!   which failures are transient is a policy object, never a loop at a call
+//!   site.
+//! - [`breaker`]: a circuit breaker with a pure state machine and exactly one
+//!   trial call in half-open.
+//! - [`bulkhead`]: a per-dependency concurrency limit that sheds instead of
+//!   queueing.
+//! - [`timeout`]: the per-attempt timeout, `min(attempt timeout, time left)`.
+//! - [`single_flight`]: one fetch per key however many callers ask.
+//! - [`stale_cache`]: a cache that answers stale while its source is down.
+//! - [`plan`]: cross-policy rules checked at start-up, and the worst-case
+//!   amplification of a chain of hops.
+//! - [`registry`]: live state of every breaker, budget and cache as JSON for
+//!   `/admin/resilience`.
+//! - [`error`]: the small leaf errors the layers return and [`error::find`]
+//!   to spot them in a source chain.
+//!
+//! # Stack order
+//!
+//! Outer to inner — the order [`tower::ServiceBuilder`] lists them:
+//!
+//! 1. **deadline** — set once, so every retry shares one end time;
+//! 2. **retry with budget** — above the breaker, so a fast `CircuitOpen` is
+//!    not retried (the policies stop on it) and each retry meets the breaker
+//!    afresh;
+//! 3. **circuit breaker** — counts every attempt, timeouts included;
+//! 4. **concurrency limit (bulkhead)** — under the breaker, so an open
+//!    breaker does not take slots;
+//! 5. **attempt timeout** — innermost, so each attempt gets its own timeout
+//!    and the breaker sees a hang as a failure;
+//! 6. the transport.
+//!
+//! # A full client stack
+//!
+//! ```
+//! use std::time::Duration;
+//! use shopeasy_resilience::{
+//!     backoff::{Backoff, Jitter},
+//!     breaker::{BreakerConfig, BreakerHandle, BreakerLayer, HttpClassifier},
+//!     budget::{BudgetConfig, RetryBudget},
+//!     bulkhead::BulkheadLayer,
+//!     deadline::DeadlineLayer,
+//!     registry::Registry,
+//!     retry::{HttpRetryPolicy, RetryLayer},
+//!     timeout::AttemptTimeoutLayer,
+//! };
+//! use tower::{BoxError, ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), BoxError> {
+//! // The transport: here an in-memory stand-in for an HTTP client.
+//! let transport = tower::service_fn(|_req: http::Request<String>| async {
+//!     Ok::<_, BoxError>(http::Response::new("pong".to_owned()))
+//! });
+//!
+//! let budget = RetryBudget::for_target("product", BudgetConfig::default());
+//! let breaker = BreakerHandle::new("product", BreakerConfig::default());
+//! let registry = Registry::new();
+//! registry.breaker(&breaker).budget("product", &budget);
+//!
+//! let client = ServiceBuilder::new()
+//!     .layer(DeadlineLayer::new(Duration::from_secs(5)))
+//!     .layer(RetryLayer::new(
+//!         HttpRetryPolicy::new(),
+//!         budget,
+//!         Backoff::new(Duration::from_millis(25), Duration::from_secs(1), Jitter::Full),
+//!         2,
+//!         "product",
+//!     ))
+//!     .layer(BreakerLayer::new(breaker, HttpClassifier))
+//!     .layer(BulkheadLayer::new(64))
+//!     .layer(AttemptTimeoutLayer::new(Duration::from_secs(1)))
+//!     .service(transport);
+//!
+//! let response = client.oneshot(http::Request::new(String::new())).await?;
+//! assert_eq!(response.body(), "pong");
+//! assert_eq!(registry.snapshot()["circuit_breakers"]["product"]["state"], "closed");
+//! # Ok(()) }
+//! ```
+
+pub mod backoff;
+pub mod breaker;
+pub mod budget;
+pub mod bulkhead;
+pub mod deadline;
+pub mod error;
+pub mod plan;
+pub mod registry;
+pub mod retry;
+pub mod single_flight;
+pub mod stale_cache;
+pub mod timeout;
+mod window;
+
+pub use error::{
+    AttemptTimedOut, BoxError, BudgetExhausted, CircuitOpen, DeadlineExceeded, Overloaded,
+};

@@ -1,0 +1,585 @@
+//! Budgeted, jittered, deadline-aware retries decided by a policy object.
+//!
+//! A call site never writes a retry loop: it puts a [`RetryLayer`] in its
+//! stack with a [`RetryPolicy`] saying which outcomes are transient and how
+//! to copy a request. For each failed attempt the layer asks, in order:
+//!
+//! 1. the policy: retry now, retry no earlier than a server's hint
+//!    (`Retry-After`, `grpc-retry-pushback-ms`), or stop;
+//! 2. `max_retries`: stop when reached (`attempts_exhausted`);
+//! 3. the deadline: a retry whose delay would reach the request's
+//!    [`Deadline`] is not made
+//!    (`deadline_exhausted`);
+//! 4. the [`RetryBudget`]: stop when it refuses (`budget_exhausted`).
+//!
+//! Giving up returns the last attempt's result. Each decision is counted in
+//! `shopeasy_downstream_retries_total{target,outcome}` (`retried`,
+//! `budget_exhausted`, `deadline_exhausted`, `attempts_exhausted`), and each
+//! attempt runs in a tracing span `attempt` with fields `target`, `attempt`
+//! (1-based) and `outcome` (`ok`, `retryable` or `failed`).
+//!
+//! Stock policies: [`GrpcUnavailablePolicy`] (Inventory: only `UNAVAILABLE`,
+//! never after a timeout) and [`HttpRetryPolicy`] (connection failures,
+//! 502/503/504 and 429, never other 4xx).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use pin_project_lite::pin_project;
+
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use tower::{Layer, Service, ServiceExt};
+use tracing::Instrument;
+
+use crate::backoff::Backoff;
+use crate::budget::RetryBudget;
+use crate::deadline::{Deadline, HasDeadline};
+use crate::error::{BoxError, is_rejected, is_timeout};
+
+/// What a policy says about one attempt's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Transient: retry after the backoff.
+    Retry,
+    /// Transient, and the server asked to wait at least this long.
+    RetryAfter(Duration),
+    /// Done (success, or an error a retry would not fix).
+    Stop,
+}
+
+/// Classifies attempt results and copies requests for a [`Retry`].
+pub trait RetryPolicy<Req, Res, E> {
+    /// Whether `result` is worth another attempt.
+    fn classify(&self, result: &Result<Res, E>) -> Decision;
+    /// A copy of `req` for the next attempt; `None` when it cannot be
+    /// repeated (the result then stands).
+    fn clone_request(&self, req: &Req) -> Option<Req>;
+}
+
+/// Inventory's policy (SPEC §5): retry only `UNAVAILABLE` (a connection
+/// failure; also a refused or reset connection surfacing as an I/O error),
+/// honouring `grpc-retry-pushback-ms` (a negative or malformed
+/// pushback means "do not retry", as in gRPC's retry design), and never
+/// after a timeout, an open circuit or a shed call.
+#[cfg(feature = "grpc")]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GrpcUnavailablePolicy;
+
+/// gRPC's server pushback header.
+#[cfg(feature = "grpc")]
+pub const GRPC_PUSHBACK_HEADER: &str = "grpc-retry-pushback-ms";
+
+#[cfg(feature = "grpc")]
+impl GrpcUnavailablePolicy {
+    /// The decision for an error.
+    pub fn classify_error(err: &(dyn std::error::Error + 'static)) -> Decision {
+        if is_timeout(err) || is_rejected(err) {
+            return Decision::Stop;
+        }
+        let Some(status) = crate::error::find::<tonic::Status>(err) else {
+            // A transport that reports a refused or reset connection as an
+            // I/O error rather than `UNAVAILABLE`.
+            return if is_io_connection_error(err) {
+                Decision::Retry
+            } else {
+                Decision::Stop
+            };
+        };
+        if status.code() != tonic::Code::Unavailable {
+            return Decision::Stop;
+        }
+        match status.metadata().get(GRPC_PUSHBACK_HEADER) {
+            None => Decision::Retry,
+            Some(v) => match v.to_str().ok().and_then(|s| s.trim().parse::<i64>().ok()) {
+                Some(ms) if ms >= 0 => {
+                    Decision::RetryAfter(Duration::from_millis(ms.unsigned_abs()))
+                }
+                _ => Decision::Stop,
+            },
+        }
+    }
+}
+
+#[cfg(feature = "grpc")]
+impl<Req: Clone, Res> RetryPolicy<Req, Res, BoxError> for GrpcUnavailablePolicy {
+    fn classify(&self, result: &Result<Res, BoxError>) -> Decision {
+        match result {
+            Ok(_) => Decision::Stop,
+            Err(e) => Self::classify_error(e.as_ref()),
+        }
+    }
+
+    fn clone_request(&self, req: &Req) -> Option<Req> {
+        Some(req.clone())
+    }
+}
+
+#[cfg(feature = "grpc")]
+impl<Req: Clone, Res> RetryPolicy<Req, Res, tonic::Status> for GrpcUnavailablePolicy {
+    fn classify(&self, result: &Result<Res, tonic::Status>) -> Decision {
+        match result {
+            Ok(_) => Decision::Stop,
+            Err(e) => Self::classify_error(e),
+        }
+    }
+
+    fn clone_request(&self, req: &Req) -> Option<Req> {
+        Some(req.clone())
+    }
+}
+
+/// HTTP's policy (SPEC §5): retry connection failures, 502, 503, 504 and
+/// 429, honouring `Retry-After` in delta-seconds (an HTTP-date is treated as
+/// absent); never other 4xx, never after a timeout, an open circuit or a
+/// shed call.
+///
+/// A connection failure is, by default, an [`std::io::Error`] of kind
+/// refused / reset / aborted / not connected / broken pipe anywhere in the
+/// error chain; a client library with its own error type adds its test with
+/// [`HttpRetryPolicy::with_connection_error`] (for hyper-util:
+/// `|e| find::<hyper_util::client::legacy::Error>(e).is_some_and(|e| e.is_connect())`).
+/// The request body must be `Clone` (buffered on purpose, with a cap).
+#[derive(Debug, Clone, Copy)]
+pub struct HttpRetryPolicy {
+    connection_error: fn(&(dyn std::error::Error + 'static)) -> bool,
+}
+
+impl Default for HttpRetryPolicy {
+    fn default() -> Self {
+        Self {
+            connection_error: is_io_connection_error,
+        }
+    }
+}
+
+impl HttpRetryPolicy {
+    /// The policy with the default connection-failure test.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Also treats errors for which `test` holds as connection failures.
+    #[must_use]
+    pub fn with_connection_error(
+        mut self,
+        test: fn(&(dyn std::error::Error + 'static)) -> bool,
+    ) -> Self {
+        self.connection_error = test;
+        self
+    }
+
+    /// The decision for a response status and its `Retry-After`.
+    pub fn classify_response(status: http::StatusCode, headers: &http::HeaderMap) -> Decision {
+        use http::StatusCode as S;
+        if !matches!(
+            status,
+            S::BAD_GATEWAY | S::SERVICE_UNAVAILABLE | S::GATEWAY_TIMEOUT | S::TOO_MANY_REQUESTS
+        ) {
+            return Decision::Stop;
+        }
+        match headers
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        {
+            Some(secs) => Decision::RetryAfter(Duration::from_secs(secs)),
+            None => Decision::Retry,
+        }
+    }
+
+    /// The decision for an error.
+    pub fn classify_error(&self, err: &(dyn std::error::Error + 'static)) -> Decision {
+        if is_timeout(err) || is_rejected(err) {
+            Decision::Stop
+        } else if is_io_connection_error(err) || (self.connection_error)(err) {
+            Decision::Retry
+        } else {
+            Decision::Stop
+        }
+    }
+}
+
+/// Whether `err`'s chain holds an I/O error meaning the connection failed.
+pub fn is_io_connection_error(err: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind as K;
+    crate::error::find::<std::io::Error>(err).is_some_and(|e| {
+        matches!(
+            e.kind(),
+            K::ConnectionRefused
+                | K::ConnectionReset
+                | K::ConnectionAborted
+                | K::NotConnected
+                | K::BrokenPipe
+        )
+    })
+}
+
+impl<B: Clone, RB> RetryPolicy<http::Request<B>, http::Response<RB>, BoxError> for HttpRetryPolicy {
+    fn classify(&self, result: &Result<http::Response<RB>, BoxError>) -> Decision {
+        match result {
+            Ok(r) => Self::classify_response(r.status(), r.headers()),
+            Err(e) => self.classify_error(e.as_ref()),
+        }
+    }
+
+    fn clone_request(&self, req: &http::Request<B>) -> Option<http::Request<B>> {
+        let mut out = http::Request::new(req.body().clone());
+        *out.method_mut() = req.method().clone();
+        *out.uri_mut() = req.uri().clone();
+        *out.version_mut() = req.version();
+        *out.headers_mut() = req.headers().clone();
+        *out.extensions_mut() = req.extensions().clone();
+        Some(out)
+    }
+}
+
+#[derive(Debug)]
+struct Config<P> {
+    policy: P,
+    budget: RetryBudget,
+    backoff: Backoff,
+    max_retries: u32,
+    target: &'static str,
+    rng: Option<Mutex<SmallRng>>,
+}
+
+impl<P> Config<P> {
+    fn delay(&self, retry: u32, prev: Duration) -> Duration {
+        match &self.rng {
+            Some(rng) => {
+                let mut rng = rng.lock().unwrap_or_else(|p| p.into_inner());
+                self.backoff.delay(retry, prev, &mut *rng)
+            }
+            None => self.backoff.delay(retry, prev, &mut rand::rng()),
+        }
+    }
+
+    fn count(&self, outcome: &'static str) {
+        metrics::counter!(
+            "shopeasy_downstream_retries_total",
+            "target" => self.target,
+            "outcome" => outcome
+        )
+        .increment(1);
+    }
+}
+
+/// Adds budgeted retries to a service (see the module docs).
+#[derive(Debug)]
+pub struct RetryLayer<P> {
+    config: Arc<Config<P>>,
+}
+
+impl<P> Clone for RetryLayer<P> {
+    fn clone(&self) -> Self {
+        Self {
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl<P> RetryLayer<P> {
+    /// Retries what `policy` calls transient, at most `max_retries` times,
+    /// each taken from `budget`, after `backoff`; `target` labels the
+    /// metrics and spans.
+    pub fn new(
+        policy: P,
+        budget: RetryBudget,
+        backoff: Backoff,
+        max_retries: u32,
+        target: &'static str,
+    ) -> Self {
+        Self {
+            config: Arc::new(Config {
+                policy,
+                budget,
+                backoff,
+                max_retries,
+                target,
+                rng: None,
+            }),
+        }
+    }
+
+    /// Uses a seeded random source for the jitter (tests).
+    #[must_use]
+    pub fn with_seed(self, seed: u64) -> Self
+    where
+        P: Clone,
+    {
+        let c = &self.config;
+        Self {
+            config: Arc::new(Config {
+                policy: c.policy.clone(),
+                budget: c.budget.clone(),
+                backoff: c.backoff,
+                max_retries: c.max_retries,
+                target: c.target,
+                rng: Some(Mutex::new(SmallRng::seed_from_u64(seed))),
+            }),
+        }
+    }
+
+    /// The budget retries are taken from.
+    pub fn budget(&self) -> &RetryBudget {
+        &self.config.budget
+    }
+}
+
+/// Retries failed attempts as its [`RetryLayer`] says. `S` must be `Clone`:
+/// a later attempt runs on a copy of the service. Backpressure:
+/// `poll_ready` is the inner service's for the first attempt; later attempts
+/// wait for their copy to be ready.
+///
+/// The first attempt runs without allocating; only a call that retries
+/// moves into a boxed retry loop. Each instance (each clone) keeps its own
+/// spare copy of the inner service behind its own `Arc`, so calls never
+/// clone the inner service and clones on different threads do not contend
+/// on one reference count.
+#[derive(Debug)]
+pub struct Retry<S, P> {
+    inner: S,
+    local: Arc<Spare<S, P>>,
+}
+
+/// What a retrying call needs after its first attempt.
+#[derive(Debug)]
+struct Spare<S, P> {
+    config: Arc<Config<P>>,
+    service: Mutex<S>,
+}
+
+impl<S: Clone, P> Clone for Retry<S, P> {
+    fn clone(&self) -> Self {
+        Self::with_config(self.inner.clone(), self.local.config.clone())
+    }
+}
+
+impl<S, P> Retry<S, P> {
+    /// Wraps `inner` (see [`RetryLayer::new`]).
+    pub fn new(
+        inner: S,
+        policy: P,
+        budget: RetryBudget,
+        backoff: Backoff,
+        max_retries: u32,
+        target: &'static str,
+    ) -> Self
+    where
+        S: Clone,
+    {
+        RetryLayer::new(policy, budget, backoff, max_retries, target).layer(inner)
+    }
+
+    fn with_config(inner: S, config: Arc<Config<P>>) -> Self
+    where
+        S: Clone,
+    {
+        let spare = inner.clone();
+        Self {
+            inner,
+            local: Arc::new(Spare {
+                config,
+                service: Mutex::new(spare),
+            }),
+        }
+    }
+}
+
+impl<S: Clone, P> Layer<S> for RetryLayer<P> {
+    type Service = Retry<S, P>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Retry::with_config(inner, self.config.clone())
+    }
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
+
+impl<S, P, Req> Service<Req> for Retry<S, P>
+where
+    S: Service<Req> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Response: Send,
+    S::Error: Into<BoxError> + Send,
+    P: RetryPolicy<Req, S::Response, S::Error> + Send + Sync + 'static,
+    Req: HasDeadline + Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, P, Req>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let config = &self.local.config;
+        config.budget.deposit();
+        let deadline = req.deadline();
+        let backup = config.policy.clone_request(&req);
+        let first = attempt(self.inner.call(req), config.target, 1);
+        ResponseFuture {
+            first: Some(first),
+            later: None,
+            state: Some((self.local.clone(), backup, deadline)),
+        }
+    }
+}
+
+pin_project! {
+    /// [`Retry`]'s future.
+    pub struct ResponseFuture<S, P, Req>
+    where
+        S: Service<Req>,
+    {
+        #[pin]
+        first: Option<Attempt<S::Future>>,
+        later: Option<BoxFuture<S::Response>>,
+        state: Option<(Arc<Spare<S, P>>, Option<Req>, Option<Deadline>)>,
+    }
+}
+
+impl<S, P, Req> fmt::Debug for ResponseFuture<S, P, Req>
+where
+    S: Service<Req>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("retrying", &self.later.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, P, Req> Future for ResponseFuture<S, P, Req>
+where
+    S: Service<Req> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Response: Send,
+    S::Error: Into<BoxError> + Send,
+    P: RetryPolicy<Req, S::Response, S::Error> + Send + Sync + 'static,
+    Req: HasDeadline + Send + 'static,
+{
+    type Output = Result<S::Response, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        if let Some(later) = this.later.as_mut() {
+            return later.as_mut().poll(cx);
+        }
+        let Some(first) = this.first.as_mut().as_pin_mut() else {
+            return Poll::Ready(Err("retry future polled after completion".into()));
+        };
+        let result = ready!(first.poll(cx));
+        let Some((spare, backup, deadline)) = this.state.take() else {
+            return Poll::Ready(result.map_err(Into::into));
+        };
+        let decision = spare.config.policy.classify(&result);
+        if let Some(first) = this.first.as_mut().as_pin_mut() {
+            first.span().record("outcome", outcome(&result, decision));
+        }
+        this.first.set(None);
+        if decision == Decision::Stop {
+            return Poll::Ready(result.map_err(Into::into));
+        }
+        let mut later: BoxFuture<S::Response> =
+            Box::pin(retry_loop(spare, backup, deadline, result));
+        let out = later.as_mut().poll(cx);
+        *this.later = Some(later);
+        out
+    }
+}
+
+/// The slow path: decides and makes retries after a failed first attempt.
+async fn retry_loop<S, P, Req>(
+    spare: Arc<Spare<S, P>>,
+    mut backup: Option<Req>,
+    deadline: Option<Deadline>,
+    mut result: Result<S::Response, S::Error>,
+) -> Result<S::Response, BoxError>
+where
+    S: Service<Req> + Clone,
+    S::Error: Into<BoxError>,
+    P: RetryPolicy<Req, S::Response, S::Error>,
+{
+    let config = &spare.config;
+    let mut svc = spare
+        .service
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let mut retries = 0u32;
+    let mut prev = Duration::ZERO;
+    let mut decision = config.policy.classify(&result);
+    loop {
+        let hint = match decision {
+            Decision::Stop => return result.map_err(Into::into),
+            Decision::Retry => Duration::ZERO,
+            Decision::RetryAfter(d) => d,
+        };
+        let Some(next) = backup.take() else {
+            return result.map_err(Into::into);
+        };
+        if retries >= config.max_retries {
+            config.count("attempts_exhausted");
+            return result.map_err(Into::into);
+        }
+        let delay = config.delay(retries, prev).max(hint);
+        if deadline.is_some_and(|d| delay >= d.remaining()) {
+            config.count("deadline_exhausted");
+            return result.map_err(Into::into);
+        }
+        if !config.budget.try_withdraw() {
+            config.count("budget_exhausted");
+            return result.map_err(Into::into);
+        }
+        config.count("retried");
+        drop(result);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        retries += 1;
+        prev = delay;
+        backup = config.policy.clone_request(&next);
+        let ready = match svc.ready().await {
+            Ok(ready) => ready,
+            Err(e) => return Err(e.into()),
+        };
+        let span = attempt_span(config.target, retries + 1);
+        result = ready.call(next).instrument(span.clone()).await;
+        decision = config.policy.classify(&result);
+        span.record("outcome", outcome(&result, decision));
+    }
+}
+
+/// One attempt in its `attempt` span.
+type Attempt<F> = tracing::instrument::Instrumented<F>;
+
+/// Runs one attempt in its span.
+fn attempt<F: Future>(fut: F, target: &'static str, n: u32) -> Attempt<F> {
+    fut.instrument(attempt_span(target, n))
+}
+
+/// The span of attempt `n` (1-based); `outcome` is recorded when it ends.
+fn attempt_span(target: &'static str, n: u32) -> tracing::Span {
+    tracing::info_span!(
+        "attempt",
+        target,
+        attempt = n,
+        outcome = tracing::field::Empty
+    )
+}
+
+/// An attempt's outcome for its span: `ok`, `retryable` or `failed`.
+fn outcome<T, E>(result: &Result<T, E>, decision: Decision) -> &'static str {
+    match (result, decision) {
+        (_, Decision::Retry | Decision::RetryAfter(_)) => "retryable",
+        (Ok(_), Decision::Stop) => "ok",
+        (Err(_), Decision::Stop) => "failed",
+    }
+}

@@ -1,0 +1,222 @@
+//! The five-minute tour of the README, run against the embedded system on
+//! ephemeral ports: browse, order, break Inventory, watch orders go pending
+//! and the breaker open, heal, watch them confirm; break the gateway's edges.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use shopeasy::system::{Options, System};
+use tokio::time::Instant;
+
+/// Short settings so the tour takes seconds (FAULTS.md: attempt 300 ms,
+/// gateway activity 1 s, break 2 s).
+fn fast_env() -> Vec<(String, String)> {
+    [
+        ("RESILIENCE__INVENTORY__TIMEOUT_SECONDS", "0.3"),
+        ("RESILIENCE__INVENTORY__BREAK_DURATION_SECONDS", "2"),
+        ("RESILIENCE__GATEWAY__ACTIVITY_TIMEOUT_SECONDS", "1"),
+        ("OUTBOX__POLL_INTERVAL_SECONDS", "0.2"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+async fn start(dir: &std::path::Path) -> System {
+    let mut options = Options::for_tests(dir);
+    options.env = fast_env();
+    System::start(options)
+        .await
+        .expect("the embedded system starts")
+}
+
+async fn place(http: &reqwest::Client, gw: &str, product: &str) -> reqwest::Response {
+    http.post(format!("{gw}/api/orders"))
+        .header("idempotency-key", uuid::Uuid::new_v4().to_string())
+        .json(&json!({"customer_id": "tour", "items": [{"product_id": product, "quantity": 1}]}))
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_tour() {
+    let dir = tempfile::tempdir().unwrap();
+    let system = start(dir.path()).await;
+    let http = reqwest::Client::new();
+    let gw = format!("http://{}", system.addresses.gateway);
+    let faults = format!("http://{}", system.addresses.faults_api);
+
+    // Browse.
+    let page: Value = http
+        .get(format!("{gw}/api/products?limit=100"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let items = page["items"].as_array().unwrap();
+    assert_eq!(items.len(), 12, "the demo catalogue is seeded");
+    let cached = items[0]["id"].as_str().unwrap().to_owned();
+    let uncached = items[1]["id"].as_str().unwrap().to_owned();
+
+    // Order: confirmed.
+    let res = place(&http, &gw, &cached).await;
+    assert_eq!(res.status(), 201);
+    let order: Value = res.json().await.unwrap();
+    assert_eq!(order["status"], "confirmed");
+
+    // Break Inventory with one call to the Toxiproxy API.
+    let res = http
+        .post(format!("{faults}/proxies/order-inventory/toxics"))
+        .json(&json!({"name": "hang", "type": "timeout", "stream": "downstream", "toxicity": 1.0, "attributes": {"timeout": 0}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_success(), "{}", res.status());
+
+    let mut pending = Vec::new();
+    for _ in 0..6 {
+        let res = place(&http, &gw, &cached).await;
+        assert_eq!(res.status(), 202, "cached stock says yes → pending");
+        let order: Value = res.json().await.unwrap();
+        assert_eq!(order["status"], "pending");
+        pending.push(order["id"].as_str().unwrap().to_owned());
+    }
+    let admin = format!("http://{}/admin/resilience", system.addresses.order_admin);
+    let state: Value = http.get(&admin).send().await.unwrap().json().await.unwrap();
+    assert!(
+        state.to_string().contains("open"),
+        "the breaker is open: {state}"
+    );
+
+    let res = place(&http, &gw, &uncached).await;
+    assert_eq!(res.status(), 503, "no cached stock → 503");
+    assert!(res.headers().contains_key("retry-after"));
+
+    // Heal: the pending orders confirm.
+    let res = http
+        .delete(format!("{faults}/proxies/order-inventory/toxics/hang"))
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_success());
+    for id in &pending {
+        eventually(Duration::from_secs(15), "pending order confirmed", || {
+            let http = http.clone();
+            let url = format!("{gw}/api/orders/{id}");
+            async move {
+                let order: Value = http.get(url).send().await.unwrap().json().await.unwrap();
+                order["status"] == "confirmed"
+            }
+        })
+        .await;
+    }
+
+    // `down` on gateway-product: 502 in well under a second.
+    system
+        .proxies
+        .get("gateway-product")
+        .await
+        .unwrap()
+        .set_enabled(false)
+        .await;
+    let started = Instant::now();
+    let res = http.get(format!("{gw}/api/products")).send().await.unwrap();
+    assert_eq!(res.status(), 502);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    system
+        .proxies
+        .get("gateway-product")
+        .await
+        .unwrap()
+        .set_enabled(true)
+        .await;
+
+    // `timeout` on gateway-order: 504 after the activity timeout (1 s).
+    let res = http
+        .post(format!("{faults}/proxies/gateway-order/toxics"))
+        .json(&json!({"name": "hang", "type": "timeout", "stream": "downstream", "attributes": {"timeout": 0}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_success());
+    let started = Instant::now();
+    let res = http
+        .get(format!("{gw}/api/orders/{}", pending[0]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 504);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+
+    system.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restart_keeps_orders_and_does_not_reseed() {
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let system = start(dir.path()).await;
+    let gw = format!("http://{}", system.addresses.gateway);
+    let page: Value = http
+        .get(format!("{gw}/api/products?limit=100"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let product = page["items"][0]["id"].as_str().unwrap().to_owned();
+    let order: Value = place(&http, &gw, &product).await.json().await.unwrap();
+    system.stop().await.unwrap();
+
+    let system = start(dir.path()).await;
+    let gw = format!("http://{}", system.addresses.gateway);
+    let page: Value = http
+        .get(format!("{gw}/api/products?limit=100"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        page["items"].as_array().unwrap().len(),
+        12,
+        "not seeded twice"
+    );
+    let again: Value = http
+        .get(format!("{gw}/api/orders/{}", order["id"].as_str().unwrap()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again["status"], "confirmed");
+    system.stop().await.unwrap();
+}
