@@ -45,7 +45,10 @@ pub fn skip(what: &str, reason: &str) {
         !required(),
         "{test}: {what} is required ({REQUIRE_VAR}=1) but {reason}"
     );
-    eprintln!("SKIPPED {test}: needs {what}; {reason}");
+    // Written to the stderr handle, not with eprintln!, which the test
+    // harness captures: a skip must be seen even when the test passes.
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: needs {what}; {reason}");
 }
 
 /// A database of the test's own. Postgres databases are dropped when this
