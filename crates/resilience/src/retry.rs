@@ -567,9 +567,11 @@ fn attempt<F: Future>(fut: F, target: &'static str, n: u32) -> Attempt<F> {
 
 /// The span of attempt `n` (1-based); `outcome` is recorded when it ends.
 fn attempt_span(target: &'static str, n: u32) -> tracing::Span {
+    // `peer.service` (OpenTelemetry's name for the remote service), not
+    // `target`: exporters already use `target` for the module path.
     tracing::info_span!(
         "attempt",
-        target,
+        peer.service = target,
         attempt = n,
         outcome = tracing::field::Empty
     )

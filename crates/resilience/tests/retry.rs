@@ -544,7 +544,7 @@ async fn each_attempt_has_a_span_with_its_number_and_outcome() {
     };
     assert_eq!(spans.len(), 3);
     for (i, want) in ["retryable", "retryable", "ok"].iter().enumerate() {
-        assert_eq!(field(&spans[i], "target").as_deref(), Some("inventory"));
+        assert_eq!(field(&spans[i], "peer.service").as_deref(), Some("inventory"));
         assert_eq!(field(&spans[i], "attempt"), Some((i + 1).to_string()));
         assert_eq!(field(&spans[i], "outcome").as_deref(), Some(*want));
     }
