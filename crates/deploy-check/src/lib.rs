@@ -18,7 +18,7 @@
 //! - [`dotenv`] checks `.env.example`.
 //! - [`kube`] loads and checks Kubernetes objects, base files and rendered output.
 //! - [`policy`] checks the security and operability policy every workload meets.
-//! - [`reference`] generates the settings reference from the code.
+//! - [`reference`](mod@reference) generates the settings reference from the code.
 //! - [`yaml`] reads YAML (anchors and merge keys resolved) as JSON values.
 //!
 //! Every check returns a list of [`Finding`]s (empty = fine), so a test can

@@ -18,9 +18,10 @@
 //! - [`problem`]: RFC 9457 problem details, the only error body ShopEasy's HTTP
 //!   services send.
 //!
-//! A service's `main` is a few lines: parse the [`settings::Cli`], load its
-//! settings type, initialise [`telemetry`], build the app and run it until a
-//! [`lifecycle::shutdown_signal`].
+//! A service's `main` is a few lines: a `clap` parser that flattens
+//! [`settings::ConfigArgs`], then [`lifecycle::run`], which loads the
+//! settings, initialises [`telemetry`], builds the service (its
+//! [`lifecycle::Service`] impl) and runs it until SIGINT or SIGTERM.
 
 pub mod admin;
 pub mod db;

@@ -4,7 +4,7 @@
 //! Each method is an adapter only: read the deadline (and, for `SetStock`,
 //! the bearer token) from the metadata, parse the message into domain types,
 //! call the store, map the answer. Errors become statuses in one place,
-//! [`status`].
+//! `status`.
 
 mod deadline;
 pub mod observe;

@@ -1,5 +1,5 @@
 //! The Inventory client (SPEC §5): gRPC over one tonic `Channel`, behind a
-//! tower stack built in [`stack`], exposed as the [`StockSource`] and
+//! tower stack built in `stack`, exposed as the [`StockSource`] and
 //! [`Reservations`] ports.
 //!
 //! Every call is a [`Call`] (cloneable, so the retry layer can repeat it)

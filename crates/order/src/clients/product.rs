@@ -1,5 +1,5 @@
 //! The Product client (SPEC §5): `GET /api/products/{id}` over HTTP behind
-//! a tower stack built in [`stack`], exposed as the [`Catalog`] port. The
+//! a tower stack built in `stack`, exposed as the [`Catalog`] port. The
 //! wire types are the Product service's own (`shopeasy-product-api`).
 //!
 //! Each attempt's timeout covers the whole response, body included: the

@@ -69,7 +69,7 @@ impl Modify for BearerToken {
 }
 
 /// The public router with its OpenAPI document at
-/// [`paths::OPENAPI`](shopeasy_product_api::paths::OPENAPI).
+/// [`paths::OPENAPI`].
 pub fn router(state: AppState) -> Router {
     let (router, api) = api_router().split_for_parts();
     let document: Arc<str> = api.to_json().unwrap_or_else(|_| "{}".to_owned()).into();
