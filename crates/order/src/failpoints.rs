@@ -23,6 +23,9 @@ pub enum Failpoint {
     AfterReserve,
     /// After `ReleaseStock` succeeded, before the release is recorded.
     AfterRelease,
+    /// The outbox worker's next task panics (a bug, or a dependency that
+    /// panics on a malformed answer): the worker must survive it.
+    OutboxTaskPanics,
 }
 
 impl Failpoint {
@@ -31,6 +34,7 @@ impl Failpoint {
             Self::AfterOrderCommit => 1,
             Self::AfterReserve => 2,
             Self::AfterRelease => 4,
+            Self::OutboxTaskPanics => 8,
         }
     }
 }

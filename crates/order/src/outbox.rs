@@ -37,7 +37,20 @@ pub async fn run(orders: Orders, config: WorkerConfig, shutdown: CancellationTok
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        poll_once(&orders, config).await;
+        // Each poll runs as its own task so that a panic in one (a bug, or a
+        // dependency panicking on a malformed answer) costs that batch only:
+        // its rows are claimed again when their lease runs out, and the
+        // worker goes on.
+        let orders = orders.clone();
+        let poll = tokio::spawn(async move { poll_once(&orders, config).await });
+        if let Err(e) = poll.await
+            && e.is_panic()
+        {
+            metrics::counter!("shopeasy_outbox_panics_total").increment(1);
+            tracing::error!(
+                "an outbox poll panicked; its rows are retried when their lease runs out"
+            );
+        }
     }
 }
 

@@ -323,6 +323,9 @@ impl Orders {
     /// # Errors
     /// Database failures (the task's lease then runs out and it is retried).
     pub async fn run_task(&self, task: &Task) -> Result<(), Error> {
+        if self.failpoints.check(Failpoint::OutboxTaskPanics).is_err() {
+            panic!("failpoint: outbox task for order {} panics", task.order_id);
+        }
         match task.action {
             Action::Release => self.run_release(task, None).await,
             Action::Reserve => {

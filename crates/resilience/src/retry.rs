@@ -61,8 +61,10 @@ pub trait RetryPolicy<Req, Res, E> {
     fn clone_request(&self, req: &Req) -> Option<Req>;
 }
 
-/// Inventory's policy (SPEC §5): retry only `UNAVAILABLE` (a connection
-/// failure; also a refused or reset connection surfacing as an I/O error),
+/// Inventory's policy (SPEC §5): retry only connection failures —
+/// `UNAVAILABLE`, a refused or reset connection surfacing as an I/O error,
+/// and tonic's `UNKNOWN` "transport error" over a connection reset mid-call
+/// (safe because the calls it guards are idempotent) —
 /// honouring `grpc-retry-pushback-ms` (a negative or malformed
 /// pushback means "do not retry", as in gRPC's retry design), and never
 /// after a timeout, an open circuit or a shed call.
@@ -91,7 +93,16 @@ impl GrpcUnavailablePolicy {
             };
         };
         if status.code() != tonic::Code::Unavailable {
-            return Decision::Stop;
+            // tonic reports a connection reset or closed mid-call as UNKNOWN
+            // "transport error" with the I/O error as its source: that is a
+            // connection failure too (FAULTS.md F2), safe to retry because
+            // the calls this policy guards are idempotent.
+            let reset = status.code() == tonic::Code::Unknown && is_io_connection_error(err);
+            return if reset {
+                Decision::Retry
+            } else {
+                Decision::Stop
+            };
         }
         match status.metadata().get(GRPC_PUSHBACK_HEADER) {
             None => Decision::Retry,

@@ -544,8 +544,35 @@ async fn each_attempt_has_a_span_with_its_number_and_outcome() {
     };
     assert_eq!(spans.len(), 3);
     for (i, want) in ["retryable", "retryable", "ok"].iter().enumerate() {
-        assert_eq!(field(&spans[i], "peer.service").as_deref(), Some("inventory"));
+        assert_eq!(
+            field(&spans[i], "peer.service").as_deref(),
+            Some("inventory")
+        );
         assert_eq!(field(&spans[i], "attempt"), Some((i + 1).to_string()));
         assert_eq!(field(&spans[i], "outcome").as_deref(), Some(*want));
     }
+}
+
+#[test]
+fn a_connection_reset_mid_call_is_retried_but_other_unknown_errors_are_not() {
+    // What tonic answers when the connection is reset after the request
+    // went out (seen through the fault proxy's `reset_peer` downstream).
+    let mut reset = tonic::Status::unknown("transport error");
+    reset.set_source(std::sync::Arc::new(std::io::Error::from(
+        std::io::ErrorKind::ConnectionReset,
+    )));
+    assert_eq!(
+        GrpcUnavailablePolicy::classify_error(&reset),
+        Decision::Retry
+    );
+    let other = tonic::Status::unknown("the server said something odd");
+    assert_eq!(
+        GrpcUnavailablePolicy::classify_error(&other),
+        Decision::Stop
+    );
+    let internal = tonic::Status::internal("boom");
+    assert_eq!(
+        GrpcUnavailablePolicy::classify_error(&internal),
+        Decision::Stop
+    );
 }

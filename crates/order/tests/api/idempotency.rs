@@ -206,6 +206,28 @@ async fn crash_after_commit_before_reserve_the_worker_reserves_once() {
 }
 
 #[tokio::test]
+async fn a_panicking_outbox_task_does_not_stop_the_worker() {
+    let db = shopeasy_testkit::sqlite();
+    let shop = Shop::new(&[10]).await;
+    let app = TestApp::spawn(shop.settings(db.url())).await;
+    let a = shop.products[0];
+    app.failpoints.arm(Failpoint::AfterOrderCommit);
+    app.failpoints.arm(Failpoint::OutboxTaskPanics);
+    let res = app
+        .post_order(Some("key-panic"), &order_body("c-panic", &[(a, 2)]))
+        .await;
+    assert_eq!(res.status(), 500, "the simulated crash");
+    let orders = orders_of(&app, "c-panic").await;
+    let id = orders[0]["id"].as_str().unwrap().to_owned();
+    // The worker's first run of the task panics; once the lease runs out the
+    // row is claimed again by the same, still running, worker.
+    app.wait_status(&id, "confirmed", Duration::from_secs(8))
+        .await;
+    assert_eq!(shop.inventory.stock(a), 8, "reserved once");
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn crash_after_reserve_before_confirmed_never_reserves_twice() {
     for db in all_backends().await {
         let shop = Shop::new(&[10]).await;

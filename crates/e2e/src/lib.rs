@@ -1,0 +1,31 @@
+//! The end-to-end resilience proof (FAULTS.md, issue 10).
+//!
+//! Anyone can claim a service is resilient; this crate shows it, every CI
+//! run, against the real services, real Postgres and Redis and real TCP
+//! faults. The library is the harness; the tests under `tests/` are the
+//! proof, one file per fault (`f1_refused.rs`, …), plus the chaos run
+//! (`chaos.rs`) and the bulkhead test.
+//!
+//! How the pieces fit:
+//!
+//! - [`cluster`]: [`Cluster::start`] starts the four services in full mode
+//!   (a fresh Postgres database each, Redis by key prefix) with a fault
+//!   proxy on every edge, storage edges included; kill and respawn a
+//!   service; read the databases.
+//! - [`client`]: a customer's HTTP client keeping each [`Answer`] whole,
+//!   a `/metrics` reader and a bounded poll ([`client::eventually`]).
+//! - [`history`]: the recorded requests of a run and their FAULTS.md class.
+//! - [`invariants`]: the C1–C9 checker over the databases and the history.
+//! - [`chaos`]: the seeded fault schedule and the concurrent customers.
+//! - [`stub`]: a canned-answer upstream for F7 (503 bursts), put behind an
+//!   edge's proxy with [`Cluster::redirect`].
+
+pub mod chaos;
+pub mod client;
+pub mod cluster;
+pub mod history;
+pub mod invariants;
+pub mod stub;
+
+pub use client::{Answer, Client};
+pub use cluster::{Cluster, EDGES, Options, Service};

@@ -1,0 +1,348 @@
+//! F1 (refused: the edge's proxy is `down`) on every edge FAULTS.md names.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns unwrap too
+
+mod support;
+
+use std::time::Duration;
+
+use shopeasy_e2e::{Service, client::eventually};
+use support::{Fixture, assert_problem, key};
+
+/// gateway → order, GET: A(3) with jitter from the budget, then 502 in
+/// < 1 s, problem+json with `Proxy-Status`. No breaker at the gateway: the
+/// next call tries again (A(3) again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f1_gateway_order_get_is_retried_twice_then_502() {
+    let Some(f) = Fixture::start(|_| {}).await else {
+        return;
+    };
+    f.cluster
+        .proxy("gateway-order")
+        .await
+        .set_enabled(false)
+        .await;
+    for _ in 0..2 {
+        let before = f.gateway_attempts("order").await;
+        let retried = f
+            .counter("shopeasy_gateway_retries_total", &[("outcome", "retried")])
+            .await;
+        let answer = f
+            .gateway
+            .get(&format!("/api/orders/{}", uuid::Uuid::new_v4()))
+            .await;
+        assert_problem(&answer, 502, false);
+        assert!(
+            answer.elapsed < Duration::from_secs(1),
+            "L(<1 s): {}",
+            answer.describe()
+        );
+        assert!(
+            answer.header("proxy-status").is_some(),
+            "{:?}",
+            answer.headers
+        );
+        assert_eq!(f.gateway_attempts("order").await - before, 3.0, "A(3)");
+        assert_eq!(
+            f.counter("shopeasy_gateway_retries_total", &[("outcome", "retried")])
+                .await
+                - retried,
+            2.0
+        );
+    }
+    f.cluster.stop().await;
+}
+
+/// gateway → order, POST without a key: never repeated (A(1)), 502, no
+/// order. With a key: A(3), 502, no order (C3); the same key after the
+/// heal creates exactly one (C1, R).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f1_gateway_order_post_is_repeated_only_with_a_key() {
+    let Some(f) = Fixture::start(|_| {}).await else {
+        return;
+    };
+    let product = f.cluster.seed_product("F1-POST", 500, 10).await.unwrap();
+    let id = product.id.to_string();
+    f.cluster
+        .proxy("gateway-order")
+        .await
+        .set_enabled(false)
+        .await;
+
+    let before = f.gateway_attempts("order").await;
+    let plain = f.order(&id, 1, None).await;
+    assert_problem(&plain, 502, false);
+    assert_eq!(
+        f.gateway_attempts("order").await - before,
+        1.0,
+        "plain POST: A(1)"
+    );
+
+    let k = key();
+    let before = f.gateway_attempts("order").await;
+    let keyed = f.order(&id, 1, Some(&k)).await;
+    assert_problem(&keyed, 502, false);
+    assert!(
+        keyed.elapsed < Duration::from_secs(1),
+        "{}",
+        keyed.describe()
+    );
+    assert_eq!(
+        f.gateway_attempts("order").await - before,
+        3.0,
+        "keyed POST: A(3)"
+    );
+    assert_eq!(f.order_count().await, 0, "C3: no order while refused");
+
+    f.cluster.heal().await;
+    let healed = f.order(&id, 1, Some(&k)).await;
+    assert_eq!(healed.status, Some(201), "{}", healed.describe());
+    let again = f.order(&id, 1, Some(&k)).await;
+    assert_eq!(again.status, Some(201));
+    assert!(again.replayed());
+    assert_eq!(again.body, healed.body, "C9");
+    assert_eq!(f.order_count().await, 1, "C1");
+    f.cluster.stop().await;
+}
+
+/// gateway → product, GET: A(3) then 502 in < 1 s; the budget counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f1_gateway_product_get_is_retried_twice_then_502() {
+    let Some(f) = Fixture::start(|_| {}).await else {
+        return;
+    };
+    f.cluster
+        .proxy("gateway-product")
+        .await
+        .set_enabled(false)
+        .await;
+    let before = f.gateway_attempts("product").await;
+    let answer = f.gateway.get("/api/products").await;
+    assert_problem(&answer, 502, false);
+    assert!(
+        answer.elapsed < Duration::from_secs(1),
+        "{}",
+        answer.describe()
+    );
+    // The order service's product client shares the label; nothing else
+    // calls product here.
+    assert_eq!(f.gateway_attempts("product").await - before, 3.0, "A(3)");
+    f.cluster.heal().await;
+    assert_eq!(f.gateway.get("/api/products").await.status, Some(200), "R");
+    f.cluster.stop().await;
+}
+
+/// order → inventory refused: UNAVAILABLE retried (A(3)) while closed;
+/// a product with a cached stock answers 202 pending (+ outbox row), one
+/// with none 503 + Retry-After; the breaker opens; after the heal the
+/// pending order is confirmed (C8) and reserved once (C7), new orders 201.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f1_order_inventory_refused_goes_pending_opens_the_breaker_and_recovers() {
+    let Some(f) = Fixture::start(|_| {}).await else {
+        return;
+    };
+    let cached = f
+        .cluster
+        .seed_product("F1-INV-CACHED", 500, 10)
+        .await
+        .unwrap();
+    let uncached = f.cluster.seed_product("F1-INV-NEW", 500, 10).await.unwrap();
+    let (cached, uncached) = (cached.id.to_string(), uncached.id.to_string());
+    let warm = f.order(&cached, 1, Some(&key())).await;
+    assert_eq!(warm.status, Some(201), "{}", warm.describe());
+
+    f.cluster
+        .proxy("order-inventory")
+        .await
+        .set_enabled(false)
+        .await;
+    let retries = f.inventory_retries().await;
+    let pending = f.order(&cached, 2, Some(&key())).await;
+    assert_eq!(
+        pending.status,
+        Some(202),
+        "stale cache → 202: {}",
+        pending.describe()
+    );
+    assert!(pending.header("location").is_some());
+    let pending_id = pending.json()["id"].as_str().unwrap().to_owned();
+    assert!(
+        f.inventory_retries().await - retries >= 2.0,
+        "A(3) while closed"
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE order_id = $1")
+        .bind(&pending_id)
+        .fetch_one(f.cluster.order_db())
+        .await
+        .unwrap();
+    assert_eq!(rows, 1, "outbox row beside the pending order");
+
+    let refused = f.order(&uncached, 1, Some(&key())).await;
+    assert_problem(&refused, 503, true);
+    // Keep calling until the breaker opens (≥ 5 calls, ≥ 50 % failed).
+    let mut calls = 0;
+    while f.breaker_state("inventory").await != "open" && calls < 10 {
+        let _ = f.order(&uncached, 1, Some(&key())).await;
+        calls += 1;
+    }
+    assert_eq!(
+        f.breaker_state("inventory").await,
+        "open",
+        "CB after {calls} more calls"
+    );
+    let fast = f.order(&uncached, 1, Some(&key())).await;
+    assert_problem(&fast, 503, true);
+    assert!(
+        fast.elapsed < Duration::from_millis(250),
+        "fails fast: {}",
+        fast.describe()
+    );
+
+    f.cluster.heal().await;
+    // R(break + trial): the worker's trial closes the breaker and
+    // confirms the pending order.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            f.order_status(&pending_id).await.as_deref() == Some("confirmed")
+        })
+        .await,
+        "C8: pending → confirmed, breaker {}",
+        f.breaker("inventory").await
+    );
+    assert_eq!(f.reserved_for(&pending_id).await, 2, "C7: reserved once");
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            f.order(&uncached, 1, Some(&key())).await.status == Some(201)
+        })
+        .await,
+        "R: new orders confirmed"
+    );
+    f.cluster.stop().await;
+}
+
+/// order → product refused: retried from the budget, then 503 +
+/// Retry-After and no order row (C3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f1_order_product_refused_is_503_without_an_order() {
+    let Some(f) = Fixture::start(|_| {}).await else {
+        return;
+    };
+    let product = f.cluster.seed_product("F1-PRODUCT", 500, 10).await.unwrap();
+    f.cluster
+        .proxy("order-product")
+        .await
+        .set_enabled(false)
+        .await;
+    let retried = f
+        .counter(
+            "shopeasy_downstream_retries_total",
+            &[("target", "product"), ("outcome", "retried")],
+        )
+        .await;
+    let answer = f.order(&product.id.to_string(), 1, Some(&key())).await;
+    assert_problem(&answer, 503, true);
+    let retries = f
+        .counter(
+            "shopeasy_downstream_retries_total",
+            &[("target", "product"), ("outcome", "retried")],
+        )
+        .await
+        - retried;
+    assert!(
+        (1.0..=2.0).contains(&retries),
+        "A ≤ 3 with retries: {retries}"
+    );
+    assert_eq!(f.order_count().await, 0, "C3");
+    f.cluster.heal().await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            f.order(&product.id.to_string(), 1, Some(&key()))
+                .await
+                .status
+                == Some(201)
+        })
+        .await,
+        "R"
+    );
+    f.cluster.stop().await;
+}
+
+/// service → Postgres refused (order): ready 503 while live 200; a write
+/// answers 503 + Retry-After within acquire timeout + slack, no partial
+/// rows; R(5 s) when the proxy comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f1_order_postgres_refused_is_503_and_not_ready() {
+    let Some(f) = Fixture::start(|_| {}).await else {
+        return;
+    };
+    let product = f.cluster.seed_product("F1-PG", 500, 10).await.unwrap();
+    let id = product.id.to_string();
+    f.cluster
+        .proxy("order-postgres")
+        .await
+        .set_enabled(false)
+        .await;
+    let admin = f.cluster.admin_url(Service::Order);
+    let ready = reqwest::get(format!("{admin}/health/ready")).await.unwrap();
+    assert_eq!(ready.status().as_u16(), 503);
+    let live = reqwest::get(format!("{admin}/health/live")).await.unwrap();
+    assert_eq!(live.status().as_u16(), 200);
+    let k = key();
+    let answer = f.order(&id, 1, Some(&k)).await;
+    assert_problem(&answer, 503, true);
+    // L(acquire timeout 0.5 s + 100 ms), with slack for a loaded machine.
+    assert!(
+        answer.elapsed < Duration::from_millis(900),
+        "L: {}",
+        answer.describe()
+    );
+    assert_eq!(f.order_count().await, 0, "no partial rows");
+    f.cluster.heal().await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            f.order(&id, 1, Some(&k)).await.status == Some(201)
+        })
+        .await,
+        "R(5 s)"
+    );
+    assert_eq!(f.order_count().await, 1, "C1: one order for the key");
+    f.cluster.stop().await;
+}
+
+/// service → Redis refused: product reads bypass the cache (200), orders
+/// are unaffected (201), each within a small bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f1_redis_refused_degrades_to_postgres_and_in_process() {
+    let Some(f) = Fixture::start(|_| {}).await else {
+        return;
+    };
+    let product = f.cluster.seed_product("F1-REDIS", 500, 10).await.unwrap();
+    let id = product.id.to_string();
+    f.cluster
+        .proxy("product-redis")
+        .await
+        .set_enabled(false)
+        .await;
+    f.cluster
+        .proxy("order-redis")
+        .await
+        .set_enabled(false)
+        .await;
+    for _ in 0..3 {
+        let read = f.gateway.get(&format!("/api/products/{id}")).await;
+        assert_eq!(read.status, Some(200), "{}", read.describe());
+        assert!(
+            read.elapsed < Duration::from_millis(500),
+            "{}",
+            read.describe()
+        );
+        let placed = f.order(&id, 1, Some(&key())).await;
+        assert_eq!(placed.status, Some(201), "{}", placed.describe());
+        assert!(
+            placed.elapsed < Duration::from_secs(1),
+            "{}",
+            placed.describe()
+        );
+    }
+    f.cluster.stop().await;
+}

@@ -1,0 +1,311 @@
+//! F2 (reset mid-request) in both directions: `reset_peer` upstream (the
+//! request is never delivered) and downstream (processed, answer lost).
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns unwrap too
+
+mod support;
+
+use std::time::Duration;
+
+use shopeasy_e2e::client::eventually;
+use shopeasy_faults::{Stream, Toxic, ToxicKind};
+use support::{Fixture, assert_problem, key};
+
+fn reset(stream: Stream) -> Toxic {
+    Toxic::new(ToxicKind::ResetPeer { timeout: 0 }, stream)
+}
+
+/// gateway → order, upstream reset (request never delivered): a plain POST
+/// is not repeated (A(1), one connection), a keyed POST is (A(3), three
+/// connections); nothing was created (C3); the key works after the heal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f2_gateway_order_upstream_reset_repeats_only_keyed_posts() {
+    let Some(f) = Fixture::start(|_| {}).await else {
+        return;
+    };
+    let product = f.cluster.seed_product("F2-GW-UP", 500, 10).await.unwrap();
+    let id = product.id.to_string();
+    let proxy = f.cluster.proxy("gateway-order").await;
+    proxy.add_toxic(reset(Stream::Upstream)).unwrap();
+
+    let conns = proxy.connections();
+    let plain = f.order(&id, 1, None).await;
+    assert_problem(&plain, 502, false);
+    assert_eq!(proxy.connections() - conns, 1, "plain POST: A(1)");
+
+    let k = key();
+    let conns = proxy.connections();
+    let keyed = f.order(&id, 1, Some(&k)).await;
+    assert_problem(&keyed, 502, false);
+    assert_eq!(proxy.connections() - conns, 3, "keyed POST: A(3)");
+
+    let conns = proxy.connections();
+    let get = f
+        .gateway
+        .get(&format!("/api/orders/{}", uuid::Uuid::new_v4()))
+        .await;
+    assert_problem(&get, 502, false);
+    assert_eq!(proxy.connections() - conns, 3, "GET: A(3)");
+    assert_eq!(f.order_count().await, 0, "C3: nothing was delivered");
+
+    f.cluster.heal().await;
+    let healed = f.order(&id, 1, Some(&k)).await;
+    assert_eq!(healed.status, Some(201), "{}", healed.describe());
+    assert!(!healed.replayed(), "the first delivery, not a replay");
+    f.cluster.stop().await;
+}
+
+/// gateway → order, downstream reset (order committed, answer lost): the
+/// keyed POST is retried by the gateway, each answer lost → 502 (`info`);
+/// after the heal the client's retry of the key is a replay of the one
+/// order (C1, C9), reserved once (C7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f2_gateway_order_downstream_reset_then_keyed_retry_replays_one_order() {
+    let Some(f) = Fixture::start(|_| {}).await else {
+        return;
+    };
+    let product = f.cluster.seed_product("F2-GW-DOWN", 500, 10).await.unwrap();
+    let id = product.id.to_string();
+    let proxy = f.cluster.proxy("gateway-order").await;
+    proxy.add_toxic(reset(Stream::Downstream)).unwrap();
+
+    let k = key();
+    let lost = f.order(&id, 2, Some(&k)).await;
+    assert_problem(&lost, 502, false);
+    assert_eq!(
+        f.order_count().await,
+        1,
+        "processed although the answer was lost"
+    );
+
+    f.cluster.heal().await;
+    let replay = f.order(&id, 2, Some(&k)).await;
+    assert_eq!(replay.status, Some(201), "{}", replay.describe());
+    assert!(replay.replayed(), "C9: Idempotent-Replayed");
+    let again = f.order(&id, 2, Some(&k)).await;
+    assert_eq!(again.body, replay.body, "C9: byte-equal");
+    assert_eq!(f.order_count().await, 1, "C1");
+    let order_id = replay.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(f.reserved_for(&order_id).await, 2, "C7");
+    f.cluster.stop().await;
+}
+
+/// gateway → product, upstream reset: GET is retried, A(3) connections,
+/// then 502; R after the heal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f2_gateway_product_upstream_reset_is_retried() {
+    let Some(f) = Fixture::start(|_| {}).await else {
+        return;
+    };
+    let proxy = f.cluster.proxy("gateway-product").await;
+    proxy.add_toxic(reset(Stream::Upstream)).unwrap();
+    let conns = proxy.connections();
+    let answer = f.gateway.get("/api/products").await;
+    assert_problem(&answer, 502, false);
+    assert_eq!(proxy.connections() - conns, 3, "A(3)");
+    f.cluster.heal().await;
+    assert_eq!(f.gateway.get("/api/products").await.status, Some(200));
+    f.cluster.stop().await;
+}
+
+/// order → inventory, downstream reset after a successful reserve: the
+/// retries carry the same reservation id, so nothing more is reserved
+/// (C7, C4); the order waits `pending` and is confirmed after the heal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f2_order_inventory_downstream_reset_reserves_once() {
+    let Some(f) = Fixture::start(|_| {}).await else {
+        return;
+    };
+    let product = f
+        .cluster
+        .seed_product("F2-INV-DOWN", 500, 10)
+        .await
+        .unwrap();
+    let id = product.id.to_string();
+    let warm = f.order(&id, 1, Some(&key())).await;
+    assert_eq!(warm.status, Some(201), "{}", warm.describe());
+    let proxy = f.cluster.proxy("order-inventory").await;
+    proxy.add_toxic(reset(Stream::Downstream)).unwrap();
+    let pending = f.order(&id, 3, Some(&key())).await;
+    assert_eq!(pending.status, Some(202), "{}", pending.describe());
+    let order_id = pending.json()["id"].as_str().unwrap().to_owned();
+    // Inventory did reserve (the answer was lost), once.
+    assert_eq!(f.reserved_for(&order_id).await, 3, "C7 under retries");
+    f.cluster.heal().await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            f.order_status(&order_id).await.as_deref() == Some("confirmed")
+        })
+        .await,
+        "C8"
+    );
+    assert_eq!(f.reserved_for(&order_id).await, 3, "C7 after the worker");
+    let available: i64 = sqlx::query_scalar("SELECT available FROM stock WHERE product_id = $1")
+        .bind(&id)
+        .fetch_one(f.cluster.inventory_db())
+        .await
+        .unwrap();
+    assert_eq!(available, 10 - 1 - 3, "C4");
+    f.cluster.stop().await;
+}
+
+/// order → inventory, downstream reset: the transport error (tonic's
+/// UNKNOWN "transport error" over a reset connection) is a connection
+/// failure and is retried with the same reservation id (FAULTS.md F2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f2_order_inventory_downstream_reset_is_retried_as_unavailable() {
+    let Some(f) = Fixture::start(|_| {}).await else {
+        return;
+    };
+    let product = f
+        .cluster
+        .seed_product("F2-INV-RETRY", 500, 10)
+        .await
+        .unwrap();
+    let id = product.id.to_string();
+    let warm = f.order(&id, 1, Some(&key())).await;
+    assert_eq!(warm.status, Some(201), "{}", warm.describe());
+    let proxy = f.cluster.proxy("order-inventory").await;
+    proxy.add_toxic(reset(Stream::Downstream)).unwrap();
+    let retries = f.inventory_retries().await;
+    let pending = f.order(&id, 3, Some(&key())).await;
+    assert_eq!(pending.status, Some(202), "{}", pending.describe());
+    assert_eq!(f.inventory_retries().await - retries, 2.0, "A(3)");
+    f.cluster.stop().await;
+}
+
+/// order → inventory, upstream reset (every attempt a new connection):
+/// the breaker opens after ≥ 5 failed calls; while open, calls fail fast
+/// with zero new connections at the proxy; after the break exactly one
+/// trial reaches the proxy while concurrent callers fail fast; it fails
+/// and re-opens; after the heal the next trial closes it (R).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f2_order_inventory_breaker_opens_fails_fast_and_lets_one_trial_through() {
+    let Some(f) = Fixture::start(|_| {}).await else {
+        return;
+    };
+    let product = f.cluster.seed_product("F2-CB", 500, 100).await.unwrap();
+    let id = product.id.to_string();
+    let proxy = f.cluster.proxy("order-inventory").await;
+    proxy.add_toxic(reset(Stream::Upstream)).unwrap();
+
+    let mut orders = 0;
+    while !f.breaker_opened("inventory").await {
+        let answer = f.order(&id, 1, Some(&key())).await;
+        assert_problem(&answer, 503, true);
+        orders += 1;
+        assert!(orders <= 10, "CB: still closed after {orders} orders");
+    }
+    let opened = f.breaker("inventory").await;
+    assert!(
+        opened["transitions"]["open"].as_u64() >= Some(1),
+        "{opened}"
+    );
+
+    // Open: fast, and not one new connection.
+    let conns = proxy.connections();
+    for _ in 0..5 {
+        let answer = f.order(&id, 1, Some(&key())).await;
+        assert_problem(&answer, 503, true);
+        assert!(
+            answer.elapsed < Duration::from_millis(200),
+            "fails fast: {}",
+            answer.describe()
+        );
+    }
+    assert_eq!(
+        proxy.connections(),
+        conns,
+        "CB: zero new connections while open"
+    );
+
+    // After the break: one trial among concurrent callers.
+    assert!(
+        eventually(Duration::from_secs(4), || async {
+            f.breaker("inventory").await["open_remaining_seconds"]
+                .as_f64()
+                .unwrap_or(0.0)
+                <= 0.0
+        })
+        .await
+    );
+    let half_opens = f.breaker("inventory").await["transitions"]["half_open"]
+        .as_u64()
+        .unwrap_or(0);
+    let conns = proxy.connections();
+    let concurrent = futures_join(&f, &id, 5).await;
+    assert!(
+        concurrent.iter().all(|a| a.status == Some(503)),
+        "{concurrent:?}"
+    );
+    assert_eq!(
+        proxy.connections() - conns,
+        1,
+        "CB: exactly one trial reached the proxy"
+    );
+    let after = f.breaker("inventory").await;
+    assert_eq!(
+        after["transitions"]["half_open"].as_u64(),
+        Some(half_opens + 1),
+        "{after}"
+    );
+    assert_eq!(
+        after["state"], "open",
+        "the failed trial re-opened it: {after}"
+    );
+
+    f.cluster.heal().await;
+    assert!(
+        eventually(Duration::from_secs(6), || async {
+            f.order(&id, 1, Some(&key())).await.status == Some(201)
+        })
+        .await,
+        "R(break + trial)"
+    );
+    assert_eq!(f.breaker_state("inventory").await, "closed");
+    f.cluster.stop().await;
+}
+
+async fn futures_join(f: &Fixture, product: &str, n: usize) -> Vec<shopeasy_e2e::Answer> {
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let client = f.gateway.clone();
+        let body = support::order_body(product, 1);
+        let k = key();
+        set.spawn(async move { client.post_json("/api/orders", &body, Some(&k)).await });
+    }
+    let mut out = Vec::new();
+    while let Some(answer) = set.join_next().await {
+        out.push(answer.unwrap());
+    }
+    out
+}
+
+/// order → product, upstream reset on every connection: retried from the
+/// budget (A(3) connections), then 503 + Retry-After and no order (C3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f2_order_product_reset_is_retried_then_503() {
+    let Some(f) = Fixture::start(|_| {}).await else {
+        return;
+    };
+    let product = f.cluster.seed_product("F2-PRODUCT", 500, 10).await.unwrap();
+    let proxy = f.cluster.proxy("order-product").await;
+    proxy.add_toxic(reset(Stream::Upstream)).unwrap();
+    let conns = proxy.connections();
+    let answer = f.order(&product.id.to_string(), 1, Some(&key())).await;
+    assert_problem(&answer, 503, true);
+    assert_eq!(proxy.connections() - conns, 3, "A(3)");
+    assert_eq!(f.order_count().await, 0, "C3");
+    f.cluster.heal().await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            f.order(&product.id.to_string(), 1, Some(&key()))
+                .await
+                .status
+                == Some(201)
+        })
+        .await,
+        "R"
+    );
+    f.cluster.stop().await;
+}
