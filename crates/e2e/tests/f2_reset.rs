@@ -168,9 +168,18 @@ async fn f2_order_inventory_downstream_reset_is_retried_as_unavailable() {
     let proxy = f.cluster.proxy("order-inventory").await;
     proxy.add_toxic(reset(Stream::Downstream)).unwrap();
     let retries = f.inventory_retries().await;
+    let deadline_stops = f.inventory_retry_outcome("deadline_exhausted").await;
     let pending = f.order(&id, 3, Some(&key())).await;
     assert_eq!(pending.status, Some(202), "{}", pending.describe());
-    assert_eq!(f.inventory_retries().await - retries, 2.0, "A(3)");
+    let retried = f.inventory_retries().await - retries;
+    let stopped = f.inventory_retry_outcome("deadline_exhausted").await - deadline_stops;
+    // A(3): both retries made — unless, on a loaded machine, the caller's
+    // deadline left no room for the second one (then it is counted as
+    // `deadline_exhausted`, never silently dropped).
+    assert!(
+        retried == 2.0 || (retried == 1.0 && stopped >= 1.0),
+        "A(3): retried {retried}, deadline_exhausted {stopped}"
+    );
     f.cluster.stop().await;
 }
 

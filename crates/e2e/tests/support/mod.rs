@@ -60,9 +60,14 @@ impl Fixture {
 
     /// Retries of the order service's Inventory client so far.
     pub async fn inventory_retries(&self) -> f64 {
+        self.inventory_retry_outcome("retried").await
+    }
+
+    /// `shopeasy_downstream_retries_total{target="inventory",outcome}`.
+    pub async fn inventory_retry_outcome(&self, outcome: &str) -> f64 {
         self.counter(
             "shopeasy_downstream_retries_total",
-            &[("target", "inventory"), ("outcome", "retried")],
+            &[("target", "inventory"), ("outcome", outcome)],
         )
         .await
     }
