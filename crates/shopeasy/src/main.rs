@@ -10,12 +10,23 @@ use shopeasy::{
 use shopeasy_runtime::settings::common::LogSettings;
 
 /// ShopEasy in one process: the gateway (:8080), product (:8081), order
-/// (:8082) and inventory (gRPC :50051) services on SQLite, with a fault proxy
-/// on every service-to-service edge and the Toxiproxy-compatible API on
-/// :8474. Settings come from the environment (A__B__C for key a.b.c) and
-/// --config, and reach every service.
+/// (:8082) and inventory (gRPC :50051) services, their admin listeners
+/// (:9080–:9083), SQLite databases under --data-dir, in-process caches, a
+/// fault proxy on every service-to-service edge (gateway-product,
+/// gateway-order, order-inventory, order-product) and the
+/// Toxiproxy-compatible API on :8474 to break them. Stops cleanly on Ctrl-C
+/// or SIGTERM.
 #[derive(Debug, Parser)]
-#[command(name = "shopeasy", version, about, long_about = None)]
+#[command(
+    name = "shopeasy",
+    version,
+    after_help = "Settings: every service's keys, from --config FILE and the environment \
+(key a.b.c is A__B__C; top-level keys plain, e.g. ADMIN_TOKEN). A key one of the four \
+services knows reaches it; an unknown key is an error. Every key is listed in \
+deploy/SETTINGS.md.\n\nExamples:\n  shopeasy                          run everything\n  \
+shopeasy --data-dir /tmp/shop     keep the databases elsewhere\n  \
+shopeasy load --rate 200 --duration 30 --p99 250   load a running system"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,

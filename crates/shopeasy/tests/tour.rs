@@ -220,3 +220,16 @@ async fn a_restart_keeps_orders_and_does_not_reseed() {
     assert_eq!(again["status"], "confirmed");
     system.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_in_use_is_a_clear_error_not_a_panic() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = Options::for_tests(dir.path());
+    options.faults_api = addr;
+    let err = System::start(options).await.unwrap_err();
+    let message = format!("{err:#}");
+    assert!(message.contains(&addr.to_string()), "{message}");
+    assert!(message.contains("fault proxy API"), "{message}");
+}
