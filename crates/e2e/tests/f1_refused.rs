@@ -211,10 +211,8 @@ async fn f1_order_inventory_refused_goes_pending_opens_the_breaker_and_recovers(
     );
     assert_eq!(f.reserved_for(&pending_id).await, 2, "C7: reserved once");
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            f.order(&uncached, 1, Some(&key())).await.status == Some(201)
-        })
-        .await,
+        f.orders_recover(&uncached, None, Duration::from_secs(5))
+            .await,
         "R: new orders confirmed"
     );
     f.cluster.stop().await;
@@ -255,13 +253,8 @@ async fn f1_order_product_refused_is_503_without_an_order() {
     assert_eq!(f.order_count().await, 0, "C3");
     f.cluster.heal().await;
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            f.order(&product.id.to_string(), 1, Some(&key()))
-                .await
-                .status
-                == Some(201)
-        })
-        .await,
+        f.orders_recover(&product.id.to_string(), None, Duration::from_secs(5))
+            .await,
         "R"
     );
     f.cluster.stop().await;
@@ -299,10 +292,8 @@ async fn f1_order_postgres_refused_is_503_and_not_ready() {
     assert_eq!(f.order_count().await, 0, "no partial rows");
     f.cluster.heal().await;
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            f.order(&id, 1, Some(&k)).await.status == Some(201)
-        })
-        .await,
+        f.orders_recover(&id, Some(&k), Duration::from_secs(5))
+            .await,
         "R(5 s)"
     );
     assert_eq!(f.order_count().await, 1, "C1: one order for the key");

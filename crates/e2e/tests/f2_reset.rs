@@ -265,10 +265,7 @@ async fn f2_order_inventory_breaker_opens_fails_fast_and_lets_one_trial_through(
 
     f.cluster.heal().await;
     assert!(
-        eventually(Duration::from_secs(6), || async {
-            f.order(&id, 1, Some(&key())).await.status == Some(201)
-        })
-        .await,
+        f.orders_recover(&id, None, Duration::from_secs(6)).await,
         "R(break + trial)"
     );
     assert_eq!(f.breaker_state("inventory").await, "closed");
@@ -307,13 +304,8 @@ async fn f2_order_product_reset_is_retried_then_503() {
     assert_eq!(f.order_count().await, 0, "C3");
     f.cluster.heal().await;
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            f.order(&product.id.to_string(), 1, Some(&key()))
-                .await
-                .status
-                == Some(201)
-        })
-        .await,
+        f.orders_recover(&product.id.to_string(), None, Duration::from_secs(5))
+            .await,
         "R"
     );
     f.cluster.stop().await;

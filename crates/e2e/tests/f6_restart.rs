@@ -101,10 +101,7 @@ async fn f6_product_restart_recovers_within_two_seconds() {
         "R(2 s)"
     );
     assert!(
-        eventually(Duration::from_secs(3), || async {
-            f.order(&id, 1, Some(&key())).await.status == Some(201)
-        })
-        .await,
+        f.orders_recover(&id, None, Duration::from_secs(3)).await,
         "order → product recovers"
     );
     f.cluster.stop().await;
@@ -128,10 +125,8 @@ async fn f6_postgres_restart_pool_recovers() {
     assert_problem(&during, 503, true);
     proxy.set_enabled(true).await;
     assert!(
-        eventually(Duration::from_secs(5), || async {
-            f.order(&id, 1, Some(&k)).await.status == Some(201)
-        })
-        .await,
+        f.orders_recover(&id, Some(&k), Duration::from_secs(5))
+            .await,
         "R(5 s)"
     );
     assert_eq!(f.order_count().await, 2, "C1");

@@ -7,7 +7,10 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use shopeasy_e2e::{Client, Cluster, Options, Service, client::metric_sum};
+use shopeasy_e2e::{
+    Client, Cluster, Options, Service,
+    client::{eventually, metric_sum},
+};
 use tokio::sync::{Mutex, MutexGuard};
 
 static SERIAL: Mutex<()> = Mutex::const_new(());
@@ -151,6 +154,22 @@ impl Fixture {
         self.gateway
             .post_json("/api/orders", &order_body(product, quantity), key)
             .await
+    }
+
+    /// R: true once an order of one `product` answers 201 within `within`,
+    /// retrying with `same_key` (or a fresh key per try when `None`).
+    pub async fn orders_recover(
+        &self,
+        product: &str,
+        same_key: Option<&str>,
+        within: Duration,
+    ) -> bool {
+        eventually(within, || async {
+            let fresh = key();
+            let key = same_key.unwrap_or(&fresh);
+            self.order(product, 1, Some(key)).await.status == Some(201)
+        })
+        .await
     }
 }
 
