@@ -26,6 +26,18 @@ fn roomy_budget() -> RetryBudget {
     })
 }
 
+/// Inventory's retry layer as the tests use it: two retries, a budget
+/// that never refuses, a fixed `backoff_ms` pause.
+fn inventory_retry(backoff_ms: u64) -> RetryLayer<GrpcUnavailablePolicy> {
+    RetryLayer::new(
+        GrpcUnavailablePolicy,
+        roomy_budget(),
+        fixed(backoff_ms),
+        2,
+        "inventory",
+    )
+}
+
 fn fixed(ms: u64) -> Backoff {
     Backoff::new(
         Duration::from_millis(ms),
@@ -104,13 +116,7 @@ async fn unavailable_is_retried_up_to_max_retries_then_the_last_error_returns() 
     let _guard = metrics::set_default_local_recorder(&rec);
     let dep = Scripted::new(vec![unavailable]);
     let svc = ServiceBuilder::new()
-        .layer(RetryLayer::new(
-            GrpcUnavailablePolicy,
-            roomy_budget(),
-            fixed(100),
-            2,
-            "inventory",
-        ))
+        .layer(inventory_retry(100))
         .service(dep.service());
     let err = svc.oneshot(Call::new(1)).await.unwrap_err();
     assert_eq!(
@@ -130,13 +136,7 @@ async fn unavailable_is_retried_up_to_max_retries_then_the_last_error_returns() 
     );
 
     let dep = Scripted::new(vec![unavailable, ok]);
-    let svc = RetryLayer::new(
-        GrpcUnavailablePolicy,
-        roomy_budget(),
-        fixed(100),
-        2,
-        "inventory",
-    );
+    let svc = inventory_retry(100);
     let svc = ServiceBuilder::new().layer(svc).service(dep.service());
     assert_eq!(svc.oneshot(Call::new(1)).await.unwrap(), 7);
     assert_eq!(dep.attempts(), 2);
@@ -147,13 +147,7 @@ async fn a_timed_out_inventory_attempt_is_never_retried() {
     let mut dep = Scripted::new(vec![ok]);
     dep.hang = true;
     let svc = ServiceBuilder::new()
-        .layer(RetryLayer::new(
-            GrpcUnavailablePolicy,
-            roomy_budget(),
-            fixed(10),
-            2,
-            "inventory",
-        ))
+        .layer(inventory_retry(10))
         .layer(AttemptTimeoutLayer::new(Duration::from_secs(3)))
         .service(dep.service());
     let start = Instant::now();
@@ -194,13 +188,7 @@ async fn grpc_pushback_is_honoured_and_a_negative_one_stops() {
     }
     let dep = Scripted::new(vec![pushback, ok]);
     let svc = ServiceBuilder::new()
-        .layer(RetryLayer::new(
-            GrpcUnavailablePolicy,
-            roomy_budget(),
-            fixed(10),
-            2,
-            "inventory",
-        ))
+        .layer(inventory_retry(10))
         .service(dep.service());
     assert_eq!(svc.oneshot(Call::new(1)).await.unwrap(), 7);
     let a = dep.arrivals.lock().expect("lock").clone();
@@ -212,13 +200,7 @@ async fn grpc_pushback_is_honoured_and_a_negative_one_stops() {
 
     let dep = Scripted::new(vec![refuse, ok]);
     let svc = ServiceBuilder::new()
-        .layer(RetryLayer::new(
-            GrpcUnavailablePolicy,
-            roomy_budget(),
-            fixed(10),
-            2,
-            "inventory",
-        ))
+        .layer(inventory_retry(10))
         .service(dep.service());
     assert!(svc.oneshot(Call::new(1)).await.is_err());
     assert_eq!(dep.attempts(), 1);
@@ -231,13 +213,7 @@ async fn a_retry_whose_backoff_would_pass_the_deadline_is_not_made() {
     let dep = Scripted::new(vec![unavailable, ok]);
     let svc = ServiceBuilder::new()
         .layer(DeadlineLayer::new(Duration::from_millis(500)))
-        .layer(RetryLayer::new(
-            GrpcUnavailablePolicy,
-            roomy_budget(),
-            fixed(600),
-            2,
-            "inventory",
-        ))
+        .layer(inventory_retry(600))
         .service(dep.service());
     let start = Instant::now();
     let err = svc.oneshot(Call::new(1)).await.unwrap_err();
@@ -259,13 +235,7 @@ async fn a_retry_whose_backoff_would_pass_the_deadline_is_not_made() {
     let dep = Scripted::new(vec![unavailable, ok]);
     let svc = ServiceBuilder::new()
         .layer(DeadlineLayer::new(Duration::from_millis(700)))
-        .layer(RetryLayer::new(
-            GrpcUnavailablePolicy,
-            roomy_budget(),
-            fixed(600),
-            2,
-            "inventory",
-        ))
+        .layer(inventory_retry(600))
         .service(dep.service());
     assert_eq!(svc.oneshot(Call::new(1)).await.unwrap(), 7);
 }
@@ -523,13 +493,7 @@ async fn each_attempt_has_a_span_with_its_number_and_outcome() {
     let _guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(log.clone()));
     let dep = Scripted::new(vec![unavailable, unavailable, ok]);
     let svc = ServiceBuilder::new()
-        .layer(RetryLayer::new(
-            GrpcUnavailablePolicy,
-            roomy_budget(),
-            fixed(10),
-            2,
-            "inventory",
-        ))
+        .layer(inventory_retry(10))
         .service(dep.service());
     assert_eq!(svc.oneshot(Call::new(1)).await.unwrap(), 7);
     let spans: Vec<SpanFields> = log
