@@ -19,12 +19,17 @@
 //! - [`chaos`]: the seeded fault schedule and the concurrent customers.
 //! - [`stub`]: a canned-answer upstream for F7 (503 bursts), put behind an
 //!   edge's proxy with [`Cluster::redirect`].
+//! - [`pgwire`]: a Postgres wire stub for F7 on the storage edges (`53300`,
+//!   `57P03` at connect; `40001` on every statement).
+//! - [`resp`]: a Redis (RESP) stub for F7 (`LOADING`, `BUSY`, `OOM` errors).
 
 pub mod chaos;
 pub mod client;
 pub mod cluster;
 pub mod history;
 pub mod invariants;
+pub mod pgwire;
+pub mod resp;
 pub mod stub;
 
 pub use client::{Answer, Client};

@@ -61,26 +61,23 @@ impl From<Vec<Violation>> for Error {
 }
 
 impl From<sqlx::Error> for Error {
-    /// Classifies a database error: unreachable or overloaded →
-    /// [`Error::Unavailable`]; cancelled by `statement_timeout` →
-    /// [`Error::DeadlineExceeded`]; anything else → [`Error::Internal`].
+    /// Classifies a database error: cancelled by `statement_timeout` →
+    /// [`Error::DeadlineExceeded`]; unreachable or "not now"
+    /// ([`shopeasy_runtime::db::is_transient`]: overload, serialization
+    /// failure, deadlock, SQLite busy, …) → [`Error::Unavailable`];
+    /// anything else → [`Error::Internal`].
     fn from(e: sqlx::Error) -> Self {
-        if shopeasy_runtime::db::is_connection_error(&e) {
-            return Self::Unavailable(e);
-        }
-        let code = e
+        let cancelled = e
             .as_database_error()
-            .and_then(|d| d.code().map(|c| c.into_owned()));
-        match code.as_deref() {
+            .and_then(|d| d.code())
+            .is_some_and(|c| c == "57014");
+        if cancelled {
             // query_canceled: our statement_timeout fired.
-            Some("57014") => Self::DeadlineExceeded,
-            // lock_not_available (lock_timeout), serialization failure,
-            // deadlock, too many connections, cannot connect now, admin
-            // shutdown; SQLite busy / locked.
-            Some("55P03" | "40001" | "40P01" | "53300" | "57P03" | "57P01" | "5" | "6" | "517") => {
-                Self::Unavailable(e)
-            }
-            _ => Self::Internal(e),
+            Self::DeadlineExceeded
+        } else if shopeasy_runtime::db::is_transient(&e) {
+            Self::Unavailable(e)
+        } else {
+            Self::Internal(e)
         }
     }
 }

@@ -66,13 +66,16 @@ pub enum Error {
 }
 
 impl From<sqlx::Error> for Error {
+    /// Unreachable, "not now" ([`shopeasy_runtime::db::is_transient`]:
+    /// overload, serialization failure, deadlock, …) or cancelled by
+    /// `statement_timeout` → 503 + `Retry-After` (a keyed client retry runs
+    /// the whole request again); anything else → 500.
     fn from(e: sqlx::Error) -> Self {
-        let timed_out = matches!(
-            &e,
-            // Postgres: query_canceled (statement_timeout), lock_not_available.
-            sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("57014" | "55P03"))
-        );
-        if timed_out || shopeasy_runtime::db::is_connection_error(&e) {
+        let timed_out = e
+            .as_database_error()
+            .and_then(|d| d.code())
+            .is_some_and(|c| c == "57014");
+        if timed_out || shopeasy_runtime::db::is_transient(&e) {
             Self::DatabaseUnavailable(e)
         } else {
             Self::Internal(e.into())

@@ -30,7 +30,7 @@ use crate::{
     error::Error,
     failpoints::{Failpoint, Failpoints},
     stock::{Reservations, Reserved, StockError, StockSource},
-    store::{Action, Resume, Store, Task},
+    store::{Action, FirstTry, Resume, Store, Task},
 };
 
 /// The answer to a successful `POST /api/orders`.
@@ -105,11 +105,11 @@ impl Orders {
         resume: Resume,
         deadline: Option<Deadline>,
     ) -> Result<Placed, Error> {
-        let (order, task) = match resume {
+        let (order, task, deferred) = match resume {
             Resume::OrderCreated(id) => {
                 let order = self.store.order(id).await?.ok_or(Error::NotFound)?;
                 match order.status {
-                    OrderStatus::Pending => (order, None),
+                    OrderStatus::Pending => (order, None, false),
                     OrderStatus::Rejected => {
                         return Err(Error::OutOfStock {
                             shortages: self.store.shortages(id).await?,
@@ -124,17 +124,31 @@ impl Orders {
             Resume::Start => {
                 let order = self.price_and_check(request, deadline).await?;
                 let now = order.created_at;
-                let task = self
-                    .store
-                    .create_order(&order, key, now + millis(self.timings.lease))
-                    .await?;
+                // While Inventory's circuit is open a reservation would be
+                // refused anyway: the order goes to the outbox in the same
+                // commit, with no second write and no call.
+                let deferred = self.reservations.is_refusing();
+                let first = if deferred {
+                    FirstTry::Worker {
+                        at: now + millis(self.timings.initial_backoff),
+                    }
+                } else {
+                    FirstTry::Caller {
+                        lease_until: now + millis(self.timings.lease),
+                    }
+                };
+                let task = self.store.create_order(&order, key, first).await?;
                 metrics::counter!("shopeasy_orders_created_total").increment(1);
-                (order, Some(task))
+                (order, Some(task), deferred)
             }
         };
         self.failpoints
             .check(Failpoint::AfterOrderCommit)
             .map_err(Error::Failpoint)?;
+        if deferred {
+            tracing::info!(order = %order.id, "inventory's circuit is open: reservation handed to the outbox");
+            return Ok(Placed::Pending(order));
+        }
         match self
             .reservations
             .reserve(order.id, order.stock_lines(), deadline)
@@ -404,6 +418,7 @@ mod tests {
     #[derive(Debug, Default)]
     struct Scripted {
         answers: Mutex<Vec<Result<Reserved, StockError>>>,
+        refusing: std::sync::atomic::AtomicBool,
         reserves: Mutex<Vec<Uuid>>,
         releases: Mutex<Vec<Uuid>>,
     }
@@ -428,6 +443,10 @@ mod tests {
             self.reserves.lock().unwrap().push(id);
             let answer = self.answers.lock().unwrap().pop();
             Box::pin(async move { answer.unwrap_or(Ok(Reserved::Yes)) })
+        }
+
+        fn is_refusing(&self) -> bool {
+            self.refusing.load(std::sync::atomic::Ordering::SeqCst)
         }
 
         fn release(&self, id: Uuid, _: Option<Deadline>) -> BoxFuture<'_, Result<(), StockError>> {
@@ -522,6 +541,40 @@ mod tests {
             vec![order.id, order.id]
         );
         assert_eq!(orders.store().backlog().await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_open_circuit_hands_the_order_to_the_worker_without_a_call() {
+        let inventory = Arc::new(Scripted::default());
+        inventory
+            .refusing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let (orders, _db) = orders(inventory.clone()).await;
+        let placed = orders
+            .place(&request(), None, Resume::Start, None)
+            .await
+            .unwrap();
+        let Placed::Pending(order) = placed else {
+            panic!("{placed:?}")
+        };
+        assert!(inventory.reserves.lock().unwrap().is_empty(), "no call");
+        // Written due for the worker, not leased to the request: claimable
+        // at once (the lease would hold it for 30 s).
+        let tasks = orders
+            .store()
+            .claim_tasks(now_ms(), now_ms() + 1000, 10)
+            .await
+            .unwrap();
+        assert_eq!(tasks.len(), 1);
+        inventory
+            .refusing
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        orders.run_task(&tasks[0]).await.unwrap();
+        assert_eq!(
+            orders.get(order.id).await.unwrap().status,
+            OrderStatus::Confirmed
+        );
+        assert_eq!(*inventory.reserves.lock().unwrap(), vec![order.id]);
     }
 
     #[tokio::test]

@@ -64,6 +64,13 @@ pub trait Reservations: Send + Sync + fmt::Debug + 'static {
         deadline: Option<Deadline>,
     ) -> BoxFuture<'_, Result<Reserved, StockError>>;
 
+    /// True while a reservation would be refused without reaching
+    /// Inventory (its circuit is open): the saga then hands a new order
+    /// straight to the outbox instead of making a call that cannot succeed.
+    fn is_refusing(&self) -> bool {
+        false
+    }
+
     /// Returns what `reservation_id` holds to stock. Idempotent; an unknown
     /// id is fine.
     fn release(

@@ -51,6 +51,22 @@ pub struct StoredResponse {
     pub body: String,
 }
 
+/// Who makes the first try of a newly enqueued outbox row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstTry {
+    /// The request that wrote the row tries now and holds the row until
+    /// `lease_until` (milliseconds); then the worker may take it.
+    Caller {
+        /// End of the caller's lease, in milliseconds since the epoch.
+        lease_until: i64,
+    },
+    /// Nobody holds the row: the worker tries at `at` (milliseconds).
+    Worker {
+        /// When the row is due, in milliseconds since the epoch.
+        at: i64,
+    },
+}
+
 /// Which Inventory action an outbox row stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -250,9 +266,9 @@ impl Store {
     }
 
     /// In one transaction: the order (`pending`) with its lines, its
-    /// `reserve` outbox row (leased to the caller until `lease_until`), and
-    /// the key's recovery point. Returns the `reserve` task the caller
-    /// holds.
+    /// `reserve` outbox row (leased to the caller, or due for the worker,
+    /// as `first` says), and the key's recovery point. Returns the
+    /// `reserve` task.
     ///
     /// # Errors
     /// When the database fails.
@@ -260,7 +276,7 @@ impl Store {
         &self,
         order: &Order,
         key: Option<&str>,
-        lease_until: i64,
+        first: FirstTry,
     ) -> Result<Task, Error> {
         let mut tx = self.db.begin_write().await?;
         sqlx::query(
@@ -289,14 +305,7 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
-        let task = enqueue(
-            &mut tx,
-            order.id,
-            Action::Reserve,
-            order.created_at,
-            lease_until,
-        )
-        .await?;
+        let task = enqueue(&mut tx, order.id, Action::Reserve, order.created_at, first).await?;
         if let Some(key) = key {
             sqlx::query(
                 "UPDATE idempotency_keys SET recovery_point = 'order_created', order_id = $2 \
@@ -431,7 +440,14 @@ impl Store {
             .await?;
         let status = status_of(&mut tx, id).await?.ok_or(Error::NotFound)?;
         if changed == 0 && rejected.is_none() && status == OrderStatus::Cancelled {
-            enqueue(&mut tx, id, Action::Release, now, 0).await?;
+            enqueue(
+                &mut tx,
+                id,
+                Action::Release,
+                now,
+                FirstTry::Worker { at: now },
+            )
+            .await?;
         }
         tx.commit().await?;
         Ok(status)
@@ -469,7 +485,16 @@ impl Store {
                     .bind(id.to_string())
                     .execute(&mut *tx)
                     .await?;
-                Some(enqueue(&mut tx, id, Action::Release, now, lease_until).await?)
+                Some(
+                    enqueue(
+                        &mut tx,
+                        id,
+                        Action::Release,
+                        now,
+                        FirstTry::Caller { lease_until },
+                    )
+                    .await?,
+                )
             }
         };
         tx.commit().await?;
@@ -602,12 +627,16 @@ async fn enqueue(
     id: Uuid,
     action: Action,
     now: i64,
-    lease_until: i64,
+    first: FirstTry,
 ) -> Result<Task, Error> {
+    let (next_attempt_at, locked_until) = match first {
+        FirstTry::Caller { lease_until } => (now, lease_until),
+        FirstTry::Worker { at } => (at, 0),
+    };
     let token = Uuid::new_v4().to_string();
     sqlx::query(
         "INSERT INTO outbox (order_id, kind, token, attempts, next_attempt_at, locked_until, \
-         created_at) VALUES ($1, $2, $3, 0, $4, $5, $4) \
+         created_at) VALUES ($1, $2, $3, 0, $4, $5, $6) \
          ON CONFLICT (order_id, kind) DO UPDATE SET token = excluded.token, \
          attempts = 0, next_attempt_at = excluded.next_attempt_at, \
          locked_until = excluded.locked_until",
@@ -615,8 +644,9 @@ async fn enqueue(
     .bind(id.to_string())
     .bind(action.as_str())
     .bind(token.as_str())
+    .bind(next_attempt_at)
+    .bind(locked_until)
     .bind(now)
-    .bind(lease_until)
     .execute(&mut **tx)
     .await?;
     Ok(Task {

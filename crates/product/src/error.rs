@@ -32,7 +32,7 @@ pub enum Error {
 
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
-        if shopeasy_runtime::db::is_connection_error(&e) {
+        if shopeasy_runtime::db::is_transient(&e) {
             return Self::Unavailable(Arc::new(e));
         }
         match &e {

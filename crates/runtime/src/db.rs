@@ -193,6 +193,23 @@ pub fn is_connection_error(e: &sqlx::Error) -> bool {
     )
 }
 
+/// True for errors worth trying again later, which callers map to 503 /
+/// UNAVAILABLE: the database could not be reached
+/// ([`is_connection_error`]) or answered "not now" — Postgres
+/// `53300` too many connections, `57P03` cannot connect now, `57P01`
+/// shutting down, `40001` serialization failure, `40P01` deadlock,
+/// `55P03` lock not available; SQLite busy / locked (`5`, `6`, `517`).
+pub fn is_transient(e: &sqlx::Error) -> bool {
+    if is_connection_error(e) {
+        return true;
+    }
+    let code = e.as_database_error().and_then(|d| d.code());
+    matches!(
+        code.as_deref(),
+        Some("53300" | "57P03" | "57P01" | "40001" | "40P01" | "55P03" | "5" | "6" | "517")
+    )
+}
+
 /// Builds a SQLite URL that creates the file (and its folder) when missing.
 fn sqlite_url(rest: &str) -> Result<String, DbError> {
     let path = rest.trim_start_matches("//");

@@ -414,6 +414,10 @@ impl Reservations for InventoryClient {
         })
     }
 
+    fn is_refusing(&self) -> bool {
+        self.breaker.is_refusing()
+    }
+
     fn release(
         &self,
         reservation_id: Uuid,

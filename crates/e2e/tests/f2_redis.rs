@@ -1,0 +1,132 @@
+//! F2 (reset mid-request) on the service → Redis edges: `reset_peer` on
+//! the `product-redis` and `order-redis` proxies resets every command on
+//! the open connection and every reconnect attempt (the Redis client's
+//! connection set-up sends `CLIENT SETINFO`, which the toxic resets).
+//!
+//! What must hold (FAULTS.md, F2 × service → Redis): command errors
+//! degrade as F1 does (product reads from Postgres, orders placed), and the
+//! clients reconnect by their backoff schedule, not in a tight loop: at
+//! most one connection attempt per backoff step (see
+//! `support::redis_reconnect_bound`).
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns unwrap too
+
+mod support;
+
+use std::time::Duration;
+
+use shopeasy_e2e::{Service, client::eventually, client::metric_sum};
+use shopeasy_faults::{Stream, Toxic, ToxicKind};
+use support::{ConnectionLog, Fixture, assert_redis_backoff, key};
+use tokio::time::Instant;
+
+/// `shopeasy_product_cache_requests_total{kind="item",result}`.
+async fn product_cache(f: &Fixture, result: &str) -> f64 {
+    metric_sum(
+        &f.metrics(Service::Product).await,
+        "shopeasy_product_cache_requests_total",
+        &[("kind", "item"), ("result", result)],
+    )
+}
+
+/// service → Redis, `reset_peer` on both Redis proxies for 8 s of steady
+/// load (a product read every 50 ms, an order every 200 ms): every read
+/// answers 200 from Postgres within 500 ms, every order 201 within 1 s;
+/// connection attempts at each proxy stay within the backoff schedule's
+/// bound; after the heal the product cache hits again (R) and orders go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn f2_redis_reset_degrades_and_reconnects_with_backoff() {
+    let Some(f) = Fixture::start(|_| {}).await else {
+        return;
+    };
+    let product = f
+        .cluster
+        .seed_product("F2-REDIS", 500, 1_000)
+        .await
+        .unwrap();
+    let id = product.id.to_string();
+    let path = format!("/api/products/{id}");
+
+    // Warm: both Redis connections open, the product cached in Redis.
+    let first = f.gateway.get(&path).await;
+    assert_eq!(first.status, Some(200), "{}", first.describe());
+    let hits = product_cache(&f, "hit").await;
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            f.gateway.get(&path).await.status == Some(200) && product_cache(&f, "hit").await > hits
+        })
+        .await,
+        "the product is served from Redis before the fault"
+    );
+    let warm = f.order(&id, 1, Some(&key())).await;
+    assert_eq!(warm.status, Some(201), "{}", warm.describe());
+
+    let edges = ["product-redis", "order-redis"];
+    let mut logs = Vec::new();
+    for edge in edges {
+        let proxy = f.cluster.proxy(edge).await;
+        proxy
+            .add_toxic(Toxic::new(
+                ToxicKind::ResetPeer { timeout: 0 },
+                Stream::Upstream,
+            ))
+            .unwrap();
+        logs.push(ConnectionLog::start(proxy));
+    }
+    let errors = product_cache(&f, "error").await;
+    let window = Duration::from_secs(8);
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    let (mut reads, mut orders) = (0, 0);
+    while started.elapsed() < window {
+        tick.tick().await;
+        let read = f.gateway.get(&path).await;
+        assert_eq!(read.status, Some(200), "{}", read.describe());
+        assert!(
+            read.elapsed < Duration::from_millis(500),
+            "{}",
+            read.describe()
+        );
+        reads += 1;
+        if reads % 4 == 0 {
+            let placed = f.order(&id, 1, Some(&key())).await;
+            assert_eq!(placed.status, Some(201), "{}", placed.describe());
+            assert!(
+                placed.elapsed < Duration::from_secs(1),
+                "{}",
+                placed.describe()
+            );
+            orders += 1;
+        }
+    }
+    let window = started.elapsed();
+    assert!(
+        product_cache(&f, "error").await > errors,
+        "the reset reached the product cache as an error (degraded, not hidden)"
+    );
+    for (edge, log) in edges.iter().zip(&logs) {
+        assert_redis_backoff(edge, &log.offsets(), window);
+    }
+    println!("{reads} reads, {orders} orders during the reset");
+    drop(logs);
+
+    for edge in edges {
+        f.cluster.proxy(edge).await.remove_all_toxics();
+    }
+    let healed = Instant::now();
+    let hits = product_cache(&f, "hit").await;
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            f.gateway.get(&path).await.status == Some(200) && product_cache(&f, "hit").await > hits
+        })
+        .await,
+        "R: the product cache hits again after the heal"
+    );
+    println!(
+        "product cache hit again {:?} after the heal",
+        healed.elapsed()
+    );
+    let after = f.order(&id, 1, Some(&key())).await;
+    assert_eq!(after.status, Some(201), "{}", after.describe());
+    f.cluster.stop().await;
+}
