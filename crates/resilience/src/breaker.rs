@@ -316,7 +316,7 @@ impl BreakerHandle {
         match State::from_u8(s.state.load(Ordering::Acquire)) {
             State::Closed => return Ok(false),
             State::Open => {
-                let now = Instant::now();
+                let now = crate::clock::now();
                 let until = s.open_until.load(Ordering::Acquire);
                 if s.nanos(now) < until {
                     return Err(CircuitOpen::new(s.target));

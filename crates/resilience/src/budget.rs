@@ -136,7 +136,7 @@ impl RetryBudget {
 
     /// Counts one original request (not a retry).
     pub fn deposit(&self) {
-        self.inner.requests.add(Instant::now());
+        self.inner.requests.add(crate::clock::now());
         if self.inner.target.is_some() {
             let n = DEPOSITS.with(|c| {
                 let n = c.get().wrapping_add(1);

@@ -392,9 +392,9 @@ where
             return ResponseFuture { inner: None };
         }
         req.set_deadline(deadline);
-        ResponseFuture {
-            inner: Some(self.inner.call(req)),
-        }
+        // The layers below read this same instant during their `call`s.
+        let inner = crate::clock::with_now(now, || self.inner.call(req));
+        ResponseFuture { inner: Some(inner) }
     }
 }
 

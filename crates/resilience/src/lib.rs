@@ -99,6 +99,7 @@ pub mod backoff;
 pub mod breaker;
 pub mod budget;
 pub mod bulkhead;
+mod clock;
 pub mod deadline;
 pub mod error;
 pub mod plan;

@@ -76,7 +76,7 @@ where
     }
 
     fn call(&mut self, mut req: Req) -> Self::Future {
-        let start = Instant::now();
+        let start = crate::clock::now();
         let timeout = match req.deadline() {
             Some(d) => self.per_attempt.min(d.remaining_from(start)),
             None => attempt_timeout(self.per_attempt, None),

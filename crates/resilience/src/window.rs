@@ -26,8 +26,15 @@ pub(crate) const SHARDS: usize = 8;
 pub(crate) struct SlidingWindow {
     origin: Instant,
     slot_nanos: u64,
+    /// A power of two, so a ring index is a mask, not a division.
     slots: u32,
+    /// A power of two, as `slots`.
     shards: usize,
+    /// The slot `add` last saw: checking that `now` still falls in it is a
+    /// multiplication, where finding the slot is a 64-bit division (the
+    /// hot path's costliest instruction). Read by every thread, written
+    /// once per slot.
+    recent: CachePadded<AtomicU64>,
     cells: Box<[CachePadded<AtomicU64>]>,
 }
 
@@ -52,11 +59,12 @@ pub(crate) fn thread_shard() -> usize {
 }
 
 impl SlidingWindow {
-    /// A window of `window` split into `slots` slots, striped over `shards`
-    /// cells per slot (1 = not striped).
+    /// A window of `window` split into at least `slots` slots (rounded up
+    /// to a power of two), striped over `shards` cells per slot (rounded up
+    /// to a power of two; 1 = not striped).
     pub(crate) fn new(window: Duration, slots: u32, shards: usize) -> Self {
-        let slots = slots.max(1);
-        let shards = shards.max(1);
+        let slots = slots.max(1).next_power_of_two();
+        let shards = shards.max(1).next_power_of_two();
         let slot_nanos = u64::try_from(window.as_nanos() / u128::from(slots))
             .unwrap_or(u64::MAX)
             .max(1);
@@ -71,6 +79,7 @@ impl SlidingWindow {
             slot_nanos,
             slots,
             shards,
+            recent: CachePadded::new(AtomicU64::new(0)),
             cells,
         }
     }
@@ -79,7 +88,14 @@ impl SlidingWindow {
         let elapsed = now.saturating_duration_since(self.origin);
         // u64 nanoseconds cover 584 years; u128 division is slow.
         let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
-        (nanos / self.slot_nanos) as u32
+        let recent = self.recent.load(Ordering::Relaxed);
+        let start = recent.saturating_mul(self.slot_nanos);
+        if nanos >= start && nanos - start < self.slot_nanos {
+            return recent as u32;
+        }
+        let slot = nanos / self.slot_nanos;
+        self.recent.store(slot, Ordering::Relaxed);
+        slot as u32
     }
 
     fn live(&self, current: u32, cell_slot: u32) -> bool {
@@ -87,7 +103,7 @@ impl SlidingWindow {
     }
 
     fn cell(&self, slot: u32, shard: usize) -> &AtomicU64 {
-        let i = (slot % self.slots) as usize * self.shards + shard % self.shards;
+        let i = (slot & (self.slots - 1)) as usize * self.shards + (shard & (self.shards - 1));
         &self.cells[i]
     }
 
