@@ -355,6 +355,172 @@ async fn first_retry_delays_of_100_clients_are_full_jitter() {
     f.cluster.stop().await;
 }
 
+/// FAULTS.md F7 at order → inventory: the Inventory client's retries of
+/// `UNAVAILABLE` are jittered in the real service, not only in the
+/// resilience crate (whose herd test of 1,000 clients runs on a paused
+/// clock). 100 orders meet `UNAVAILABLE` on every attempt at a scripted
+/// Inventory behind the edge's proxy; the gap between each reservation's
+/// first answer and its second arrival is the first retry delay, full
+/// jitter on `[0, 25 ms]` (`Backoff::default`).
+///
+/// The orders go one at a time: a 25 ms interval is small enough that
+/// concurrent orders in a debug build on two cores add queueing noise of
+/// the same size. The smallest gap seen is taken as the fixed overhead
+/// (status parsed, retry sent on the open HTTP/2 connection) and
+/// subtracted. With n = 100 and α = 0.001, D_crit ≈ 0.195; no jitter would
+/// give D ≈ 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_reservation_retries_are_full_jitter() {
+    const ORDERS: usize = 100;
+    const BASE: f64 = 0.025;
+    const D_CRIT: f64 = 0.195;
+    let Some(f) = Fixture::start(|o| {
+        let inv = &mut o.order.resilience.inventory;
+        // Not under test: every reservation may retry, the breaker stays
+        // closed, and the outbox worker waits until the run is over.
+        inv.minimum_calls = 10_000;
+        let b = &mut o.order.resilience.retry_budget;
+        b.ratio = 1.0;
+        b.min_retries_per_window = 10_000;
+        o.order.outbox.initial_backoff_seconds = Seconds::new(60.0);
+        o.order.outbox.max_backoff_seconds = Seconds::new(60.0);
+    })
+    .await
+    else {
+        return;
+    };
+    let product = f.cluster.seed_product("JITTER", 500, 1000).await.unwrap();
+    let id = product.id.to_string();
+    let stub = shopeasy_e2e::stub::ScriptedInventory::start(
+        1000,
+        vec![shopeasy_e2e::stub::GrpcReply::Status(
+            tonic::Code::Unavailable,
+            None,
+        )],
+    )
+    .await
+    .unwrap();
+    f.cluster
+        .redirect("order-inventory", stub.addr())
+        .await
+        .unwrap();
+
+    let mut orders = Vec::new();
+    for _ in 0..ORDERS {
+        let answer = f
+            .gateway
+            .post_json("/api/orders", &order_body(&id, 1), Some(&key()))
+            .await;
+        assert_eq!(answer.status, Some(202), "{}", answer.describe());
+        orders.push(answer.json()["id"].as_str().unwrap().to_owned());
+    }
+    let gaps: Vec<f64> = orders
+        .iter()
+        .map(|order| {
+            let calls = stub.reserves_of(order);
+            assert_eq!(calls.len(), 3, "{order}: A(3)");
+            (calls[1].arrived - calls[0].answered).as_secs_f64()
+        })
+        .collect();
+    let overhead = gaps.iter().copied().fold(f64::INFINITY, f64::min).max(0.0);
+    let max = gaps.iter().copied().fold(0.0, f64::max);
+    let span = BASE + overhead;
+    let mut unit: Vec<f64> = gaps.iter().map(|g| (g - overhead) / BASE).collect();
+    let d = ks_uniform(&mut unit);
+    let mut buckets = [0usize; 10];
+    for g in &gaps {
+        let i = ((g - overhead) / (BASE / 10.0)).floor().clamp(0.0, 9.0) as usize;
+        buckets[i] += 1;
+    }
+    println!(
+        "first reservation retries of {ORDERS} orders: overhead {:.2} ms, max {:.1} ms \
+         (span {:.1} ms); KS D = {d:.4} (D_crit {D_CRIT}); 2.5 ms buckets {buckets:?}",
+        overhead * 1e3,
+        max * 1e3,
+        span * 1e3
+    );
+    assert!(overhead < 0.005, "retry overhead {overhead} s");
+    assert!(
+        max <= span + 0.005,
+        "a delay beyond base + 5 ms of noise: {max}"
+    );
+    assert!(
+        d < D_CRIT,
+        "KS D = {d} ≥ {D_CRIT}: not uniform on [0, base]"
+    );
+    f.cluster.stop().await;
+}
+
+/// FAULTS.md F7 at order → product, the KS test on recorded backoffs:
+/// Product's place is taken by a stub that drops every connection (a
+/// connection failure, retried); each order names a product of its own, so
+/// the stub's arrivals per path are one order's attempts. The gap between
+/// the first two is the Product client's first retry delay, full jitter on
+/// `[0, 25 ms]` (`Backoff::default`), plus a reconnect; the smallest gap is
+/// taken as that overhead and subtracted, as above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_product_retries_are_full_jitter() {
+    const ORDERS: usize = 100;
+    const BASE: f64 = 0.025;
+    const D_CRIT: f64 = 0.195;
+    let Some(f) = Fixture::start(|o| {
+        o.order.resilience.product.minimum_calls = 10_000;
+        let b = &mut o.order.resilience.retry_budget;
+        b.ratio = 1.0;
+        b.min_retries_per_window = 10_000;
+    })
+    .await
+    else {
+        return;
+    };
+    let arrivals = Arc::new(Arrivals::default());
+    let stop = CancellationToken::new();
+    let stub = recording_stub(arrivals.clone(), stop.clone()).await;
+    f.cluster.redirect("order-product", stub).await.unwrap();
+    let mut gaps = Vec::new();
+    for _ in 0..ORDERS {
+        // Known to Inventory, so the stock check passes and the order
+        // waits for its price.
+        let product = uuid::Uuid::new_v4();
+        f.cluster.set_stock(product, 10).await.unwrap();
+        let answer = f
+            .gateway
+            .post_json(
+                "/api/orders",
+                &order_body(&product.to_string(), 1),
+                Some(&key()),
+            )
+            .await;
+        assert_eq!(answer.status, Some(503), "{}", answer.describe());
+        let path = format!("/api/products/{product}");
+        let times = arrivals.0.lock().unwrap().get(&path).cloned();
+        let times = times.unwrap_or_default();
+        assert!(times.len() >= 2, "{path}: retried, got {}", times.len());
+        gaps.push((times[1] - times[0]).as_secs_f64());
+    }
+    stop.cancel();
+    let overhead = gaps.iter().copied().fold(f64::INFINITY, f64::min).max(0.0);
+    let max = gaps.iter().copied().fold(0.0, f64::max);
+    let mut unit: Vec<f64> = gaps.iter().map(|g| (g - overhead) / BASE).collect();
+    let d = ks_uniform(&mut unit);
+    println!(
+        "first product retries of {ORDERS} orders: overhead {:.2} ms, max {:.1} ms; \
+         KS D = {d:.4} (D_crit {D_CRIT})",
+        overhead * 1e3,
+        max * 1e3,
+    );
+    assert!(overhead < 0.005, "retry overhead {overhead} s");
+    assert!(
+        max <= BASE + overhead + 0.005,
+        "a delay beyond base + 5 ms of noise: {max}"
+    );
+    assert!(
+        d < D_CRIT,
+        "KS D = {d} ≥ {D_CRIT}: not uniform on [0, base]"
+    );
+    f.cluster.stop().await;
+}
+
 #[test]
 fn the_ks_statistic_is_right_on_known_samples() {
     // A perfectly spread sample: D = 1 / (2n) at the midpoints.

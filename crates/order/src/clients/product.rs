@@ -188,9 +188,14 @@ impl ProductClient {
     }
 }
 
-/// Whether `e` is reqwest's "could not connect".
-fn is_connect_error(e: &(dyn std::error::Error + 'static)) -> bool {
+/// Whether `e` means the connection failed before any answer: reqwest's
+/// "could not connect", or the connection closed before the response
+/// began (hyper's incomplete message: typically a pooled connection the
+/// server closed, hyper#2136). Both are safe to retry: the lookup is a
+/// GET.
+fn is_connection_failure(e: &(dyn std::error::Error + 'static)) -> bool {
     find::<reqwest::Error>(e).is_some_and(reqwest::Error::is_connect)
+        || find::<hyper::Error>(e).is_some_and(hyper::Error::is_incomplete_message)
 }
 
 /// The Product stack, read outer to inner:
@@ -210,7 +215,7 @@ fn stack(
         //    than Retry-After), never other 4xx or a timeout; each retry
         //    from the budget, never past the deadline.
         .layer(RetryLayer::new(
-            HttpRetryPolicy::new().with_connection_error(is_connect_error),
+            HttpRetryPolicy::new().with_connection_error(is_connection_failure),
             budget,
             Backoff::default(),
             edge.max_retries,
