@@ -43,8 +43,8 @@ use tower::{Layer, Service};
 use crate::error::{AttemptTimedOut, BoxError, CircuitOpen};
 use crate::window::{SHARDS, SlidingWindow};
 
-/// Slots in the sampling window.
-const SLOTS: u32 = 10;
+/// Slots in the sampling window (a power of two).
+const SLOTS: u32 = 16;
 
 /// A circuit breaker's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

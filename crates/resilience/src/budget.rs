@@ -47,8 +47,9 @@ use tokio::time::Instant;
 
 use crate::window::{SHARDS, SlidingWindow};
 
-/// Slots in the sliding window: it slides in steps of `window / 10`.
-const SLOTS: u32 = 10;
+/// Slots in the sliding window (a power of two): it slides in steps of
+/// `window / 16`.
+const SLOTS: u32 = 16;
 
 /// A retry budget's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
