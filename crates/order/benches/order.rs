@@ -249,5 +249,27 @@ async fn breaker_open_stale() {
         percentile(&latencies, 0.5).as_secs_f64() * 1e3,
         percentile(&latencies, 0.99).as_secs_f64() * 1e3,
     );
+    // Fast fail: a product never cached, so nothing can vouch for its
+    // stock; the open breaker answers without a call and nothing is written.
+    let unknown = Uuid::new_v4();
+    product.add(unknown, 100);
+    let mut latencies = Vec::with_capacity(n as usize);
+    let mut refused = 0;
+    for _ in 0..n {
+        let started = Instant::now();
+        let res = app
+            .post_order(None, &order_body("b", &[(unknown, 1)]))
+            .await;
+        latencies.push(started.elapsed());
+        if res.status() == 503 {
+            refused += 1;
+        }
+    }
+    latencies.sort();
+    println!(
+        "| breaker open, no cached stock: POST /api/orders fails fast ({n} sequential) | p50 {:.2} ms, p99 {:.2} ms; {refused} of {n} answered 503 + Retry-After |",
+        percentile(&latencies, 0.5).as_secs_f64() * 1e3,
+        percentile(&latencies, 0.99).as_secs_f64() * 1e3,
+    );
     app.stop().await;
 }
