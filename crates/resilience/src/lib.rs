@@ -2,7 +2,7 @@
 //!
 //! `shopeasy-resilience` is the crate ShopEasy's services compose their
 //! client stacks from, and the one meant to be copied: it depends on tokio,
-//! tower, http, rand, serde, metrics and tracing only (plus tonic for the
+//! tower, http, httpdate, crossbeam-utils, rand, serde, metrics and tracing only (plus tonic for the
 //! gRPC policy, behind the default `grpc` feature), never on the rest of
 //! ShopEasy.
 //!

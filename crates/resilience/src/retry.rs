@@ -146,8 +146,8 @@ impl<Req: Clone, Res> RetryPolicy<Req, Res, tonic::Status> for GrpcUnavailablePo
 }
 
 /// HTTP's policy (SPEC §5): retry connection failures, 502, 503, 504 and
-/// 429, honouring `Retry-After` in delta-seconds (an HTTP-date is treated as
-/// absent); never other 4xx, never after a timeout, an open circuit or a
+/// 429, honouring `Retry-After` (delta-seconds or an HTTP-date; a date in
+/// the past means "now", a malformed value counts as absent); never other 4xx, never after a timeout, an open circuit or a
 /// shed call.
 ///
 /// A connection failure is, by default, an [`std::io::Error`] of kind
@@ -197,9 +197,9 @@ impl HttpRetryPolicy {
         match headers
             .get(http::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|s| s.trim().parse::<u64>().ok())
+            .and_then(|v| retry_after(v, std::time::SystemTime::now()))
         {
-            Some(secs) => Decision::RetryAfter(Duration::from_secs(secs)),
+            Some(wait) => Decision::RetryAfter(wait),
             None => Decision::Retry,
         }
     }
@@ -214,6 +214,18 @@ impl HttpRetryPolicy {
             Decision::Stop
         }
     }
+}
+
+/// How long a `Retry-After` value asks to wait, seen at `now`:
+/// delta-seconds, or an HTTP-date (RFC 9110 §10.2.3; a date already past is
+/// zero). `None` when malformed.
+fn retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// Whether `err`'s chain holds an I/O error meaning the connection failed.
@@ -596,5 +608,45 @@ fn outcome<T, E>(result: &Result<T, E>, decision: Decision) -> &'static str {
         (_, Decision::Retry | Decision::RetryAfter(_)) => "retryable",
         (Ok(_), Decision::Stop) => "ok",
         (Err(_), Decision::Stop) => "failed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates() {
+        let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
+        assert_eq!(retry_after(" 3 ", now), Some(Duration::from_secs(3)));
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2015 07:28:05 GMT", now),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2015 07:27:00 GMT", now),
+            Some(Duration::ZERO),
+            "a date already past: retry now"
+        );
+        assert_eq!(retry_after("soon", now), None);
+        assert_eq!(retry_after("-1", now), None);
+    }
+
+    #[test]
+    fn a_503_with_an_http_date_waits_until_then() {
+        let later = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(120));
+        let mut headers = http::HeaderMap::new();
+        headers.insert(http::header::RETRY_AFTER, later.parse().unwrap());
+        let Decision::RetryAfter(wait) =
+            HttpRetryPolicy::classify_response(http::StatusCode::SERVICE_UNAVAILABLE, &headers)
+        else {
+            panic!("not a RetryAfter")
+        };
+        assert!(
+            (Duration::from_secs(118)..=Duration::from_secs(120)).contains(&wait),
+            "{wait:?}"
+        );
     }
 }
