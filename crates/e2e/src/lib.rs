@@ -17,8 +17,9 @@
 //! - [`history`]: the recorded requests of a run and their FAULTS.md class.
 //! - [`invariants`]: the C1–C9 checker over the databases and the history.
 //! - [`chaos`]: the seeded fault schedule and the concurrent customers.
-//! - [`stub`]: a canned-answer upstream for F7 (503 bursts), put behind an
-//!   edge's proxy with [`Cluster::redirect`].
+//! - [`stub`]: canned and scripted upstreams for F7 (503 bursts,
+//!   `Retry-After`, gRPC pushback), put behind an edge's proxy with
+//!   [`Cluster::redirect`].
 //! - [`pgwire`]: a Postgres wire stub for F7 on the storage edges (`53300`,
 //!   `57P03` at connect; `40001` on every statement).
 //! - [`resp`]: a Redis (RESP) stub for F7 (`LOADING`, `BUSY`, `OOM` errors).

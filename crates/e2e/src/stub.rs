@@ -5,6 +5,12 @@
 //!   answer closes its connection, so every request is one connection and
 //!   one count.
 //! - [`GrpcStub`]: an Inventory answering every call with one status.
+//! - [`ScriptedStub`]: an HTTP upstream playing a script of [`Canned`]
+//!   answers (503 + `Retry-After`, then 200) and recording each request's
+//!   [`Arrival`], so a test can check when a retry came ([`waits`]).
+//! - [`ScriptedInventory`]: an Inventory whose `ReserveStock` follows a
+//!   script of [`GrpcReply`]s (with an optional `grpc-retry-pushback-ms`)
+//!   and records each call's reservation id and [`Arrival`].
 
 use std::{
     net::SocketAddr,
