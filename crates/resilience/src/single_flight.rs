@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::deadline::Deadline;
 
@@ -156,15 +157,22 @@ where
             key: Some(key),
             id,
         };
-        tokio::spawn(async move {
-            let result = match tokio::time::timeout(timeout, fut).await {
-                Ok(Ok(v)) => Ok(v),
-                Ok(Err(e)) => Err(FlightError::Failed(e)),
-                Err(_) => Err(FlightError::FetchTimedOut),
-            };
-            drop(done);
-            let _ = tx.send(Some(result));
-        });
+        // The fetch's span is a child of the leader's, so the detached
+        // work (and its attempts) shows in the trace of the request that
+        // started it.
+        let span = tracing::info_span!("single_flight.fetch");
+        tokio::spawn(
+            async move {
+                let result = match tokio::time::timeout(timeout, fut).await {
+                    Ok(Ok(v)) => Ok(v),
+                    Ok(Err(e)) => Err(FlightError::Failed(e)),
+                    Err(_) => Err(FlightError::FetchTimedOut),
+                };
+                drop(done);
+                let _ = tx.send(Some(result));
+            }
+            .instrument(span),
+        );
         Waiter { rx, leader: true }
     }
 

@@ -183,6 +183,23 @@ async fn one_order_is_one_trace_with_a_span_per_attempt() {
         !attempts.is_empty() && attempts.iter().all(|n| *n == 1),
         "no retries while healthy: {attempts:?}"
     );
+    // The stock cache was cold: its detached, shared fetch (single
+    // flight) is in the trace of the order that started it, under the
+    // order's span, with its GetStock attempt inside. (Product's cache has
+    // a fetch span of its own, with no attempt: it reads its database.)
+    let fetch = spans
+        .iter()
+        .find(|f| {
+            f.name == "single_flight.fetch"
+                && spans
+                    .iter()
+                    .any(|a| a.name == "attempt" && a.parent_span_id == f.span_context.span_id())
+        })
+        .expect("the stock fetch and its GetStock attempt are in the order's trace");
+    assert!(
+        descends(&by_id, fetch, order_span.span_context.span_id()),
+        "the fetch descends from the order's span"
+    );
 
     // Inventory refused (the stock cache is still fresh, so only the
     // reservation calls it): one span per attempt, numbered, with outcomes.
