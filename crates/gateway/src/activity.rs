@@ -219,7 +219,7 @@ impl Ending {
     /// The `outcome` label.
     pub fn outcome(self) -> &'static str {
         match self {
-            Self::Completed => "forwarded",
+            Self::Completed => crate::observe::FORWARDED,
             Self::Aborted => "response_aborted",
             Self::UpstreamFailed => "response_failed",
             Self::ClientGone => "client_gone",
@@ -233,6 +233,9 @@ pub struct ResponseBody<B> {
     activity: Arc<Activity>,
     timer: Option<Pin<Box<Sleep>>>,
     on_end: Option<Box<dyn FnOnce(Ending) + Send>>,
+    /// Empty from the start (204, 304, a HEAD answer): hyper writes the head
+    /// and drops such a body without polling it, which is its completion.
+    empty: bool,
 }
 
 impl<B> std::fmt::Debug for ResponseBody<B> {
@@ -249,6 +252,7 @@ impl<B: Body> ResponseBody<B> {
         on_end: impl FnOnce(Ending) + Send + 'static,
     ) -> Self {
         Self {
+            empty: inner.is_end_stream(),
             inner,
             activity,
             timer: None,
@@ -312,7 +316,11 @@ where
 impl<B> Drop for ResponseBody<B> {
     fn drop(&mut self) {
         if let Some(f) = self.on_end.take() {
-            f(Ending::ClientGone);
+            f(if self.empty {
+                Ending::Completed
+            } else {
+                Ending::ClientGone
+            });
         }
     }
 }

@@ -93,15 +93,24 @@ pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ProxyError> {
         .transpose()
 }
 
-/// Sets `X-Forwarded-For` (the peer; the gateway is the edge and trusts no
-/// earlier value), `X-Forwarded-Proto` and `X-Forwarded-Host` (the host the
-/// client asked for), and drops `Host` so the client sets the service's.
-pub fn set_forwarded(headers: &mut HeaderMap, peer: Option<IpAddr>, host: Option<HeaderValue>) {
+/// The `X-Forwarded-For` value for a peer (made once per client
+/// connection, then cloned per request without formatting).
+pub fn forwarded_for(peer: IpAddr) -> Option<HeaderValue> {
+    HeaderValue::from_str(&peer.to_string()).ok()
+}
+
+/// Sets `X-Forwarded-For` (the peer's [`forwarded_for`] value; the gateway is
+/// the edge and trusts no earlier value), `X-Forwarded-Proto` and
+/// `X-Forwarded-Host` (the host the client asked for), and drops `Host` so
+/// the client sets the service's.
+pub fn set_forwarded(
+    headers: &mut HeaderMap,
+    peer: Option<HeaderValue>,
+    host: Option<HeaderValue>,
+) {
     headers.remove(X_FORWARDED_FOR);
     headers.remove(X_FORWARDED_HOST);
-    if let Some(ip) = peer
-        && let Ok(value) = HeaderValue::from_str(&ip.to_string())
-    {
+    if let Some(value) = peer {
         headers.insert(X_FORWARDED_FOR, value);
     }
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
@@ -174,7 +183,7 @@ mod tests {
     fn forwarded_headers_replace_what_the_client_claimed() {
         let mut h = map(&[("x-forwarded-for", "6.6.6.6"), ("host", "shop.example")]);
         let host = h.get(header::HOST).cloned();
-        set_forwarded(&mut h, Some([10, 0, 0, 7].into()), host);
+        set_forwarded(&mut h, forwarded_for([10, 0, 0, 7].into()), host);
         assert_eq!(h[X_FORWARDED_FOR], "10.0.0.7");
         assert_eq!(h[X_FORWARDED_PROTO], "http");
         assert_eq!(h[X_FORWARDED_HOST], "shop.example");

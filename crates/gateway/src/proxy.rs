@@ -31,7 +31,6 @@ use axum::{body::Body, response::IntoResponse};
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, Version, header, request::Parts};
 use http_body_util::{BodyExt, Empty, Full};
-use hyper_util::client::legacy::connect::capture_connection;
 use shopeasy_resilience::{
     backoff::{Backoff, Jitter},
     budget::{BudgetConfig, RetryBudget},
@@ -43,14 +42,15 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::{
-    activity::{Activity, BoxError, ClientSide, RequestBody, ResponseBody},
+    activity::{Activity, BoxError, ClientSide, Ending, RequestBody, ResponseBody},
     error::ProxyError,
-    headers, observe,
+    headers,
+    observe::{self, RouteMetrics},
     retry::{Decision, Replay, RetryPolicy},
     routes::{NoRoute, Route, RouteTable},
     server::ClientConnection,
     settings::GatewaySettings,
-    upstream::{self, UpstreamBody, UpstreamClient},
+    upstream::{self, Pooled, UpstreamBody, UpstreamClient},
 };
 
 /// Longest backoff between two retries.
@@ -67,6 +67,8 @@ struct Shared {
     routes: RouteTable,
     /// One retry policy (and budget) per route, in `routes.all()` order.
     retries: Vec<(&'static str, RetryPolicy)>,
+    /// Pre-registered metric handles, one per route, in `routes.all()` order.
+    metrics: Vec<Arc<RouteMetrics>>,
     client: UpstreamClient,
     activity_timeout: Duration,
     max_header_bytes: u64,
@@ -96,10 +98,16 @@ impl Proxy {
                 (r.name, RetryPolicy::new(g.get_retries, backoff, budget))
             })
             .collect();
+        let metrics = routes
+            .all()
+            .iter()
+            .map(|r| Arc::new(RouteMetrics::new(r.name)))
+            .collect();
         Ok(Self {
             shared: Arc::new(Shared {
                 routes,
                 retries,
+                metrics,
                 client: upstream::client(
                     g.connect_timeout_seconds.get(),
                     g.pooled_connection_lifetime_seconds.get(),
@@ -171,7 +179,12 @@ impl Shared {
             http.response.status_code = tracing::field::Empty,
             retries = tracing::field::Empty,
         );
-        telemetry::set_parent_from(&span, request.headers());
+        // With no subscriber interested (the usual `warn` level), skip the
+        // trace-context work altogether: there is no span to parent or send.
+        let traced = !span.is_disabled();
+        if traced {
+            telemetry::set_parent_from(&span, request.headers());
+        }
         // Records the request if the client goes away before the answer.
         let mut waiting = Waiting {
             route: route.name,
@@ -179,17 +192,21 @@ impl Shared {
             armed: true,
         };
         let result = self
-            .forward(route, request, started)
+            .forward(route, request, started, traced)
             .instrument(span.clone())
             .await;
         waiting.armed = false;
         match result {
             Ok(response) => {
-                span.record("http.response.status_code", response.status().as_u16());
+                if traced {
+                    span.record("http.response.status_code", response.status().as_u16());
+                }
                 response
             }
             Err(error) => {
-                span.record("http.response.status_code", error.status().as_u16());
+                if traced {
+                    span.record("http.response.status_code", error.status().as_u16());
+                }
                 fail(route.name, error, started)
             }
         }
@@ -200,6 +217,7 @@ impl Shared {
         route: &Route,
         request: Request<B>,
         started: Instant,
+        traced: bool,
     ) -> Result<Response<Body>, ProxyError>
     where
         B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
@@ -208,7 +226,7 @@ impl Shared {
         let peer = request
             .extensions()
             .get::<ClientConnection>()
-            .map(|c| c.peer.ip());
+            .and_then(|c| c.forwarded_for.clone());
         let (mut parts, body) = request.into_parts();
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         headers::check_request(&parts.headers, target.len(), self.max_header_bytes)?;
@@ -225,7 +243,7 @@ impl Shared {
             ProxyError::Internal
         })?;
         let deadline = Deadline::from_headers(&parts.headers);
-        prepare_headers(&mut parts, peer);
+        prepare_headers(&mut parts, peer, traced);
         parts.uri = uri;
         parts.version = Version::HTTP_11;
 
@@ -246,6 +264,7 @@ impl Shared {
         };
 
         let policy = self.policy(route.name);
+        let metrics = self.metrics(route.name);
         policy.deposit();
         let mut retries = 0u32;
         let mut previous_delay = Duration::ZERO;
@@ -254,14 +273,22 @@ impl Shared {
                 tracing::error!("a streamed request body was about to be sent twice");
                 return Err(ProxyError::Internal);
             };
-            let mut attempt = Request::from_parts(clone_parts(&parts), body);
+            // A request that can never be re-sent takes the parts themselves.
+            let attempt_parts = match outgoing {
+                Outgoing::Spent => {
+                    let mut spent = std::mem::replace(&mut parts, empty_parts());
+                    spent.extensions.clear();
+                    spent
+                }
+                _ => clone_parts(&parts),
+            };
+            let mut attempt = Request::from_parts(attempt_parts, body);
             if let Some(d) = deadline {
                 if d.is_expired() {
                     return Err(ProxyError::DeadlineExceeded);
                 }
                 d.write_http(attempt.headers_mut());
             }
-            let capture = capture_connection(&mut attempt);
             let sent = Instant::now();
             activity.touch();
             let result = tokio::select! {
@@ -272,23 +299,28 @@ impl Shared {
                     } else {
                         ProxyError::ResponseTimeout
                     };
-                    observe::attempt(route.name, error.outcome(), sent);
+                    metrics.attempt(error.outcome(), sent);
                     return Err(error);
                 }
                 () = until(deadline) => {
-                    observe::attempt(route.name, ProxyError::DeadlineExceeded.outcome(), sent);
+                    metrics.attempt(ProxyError::DeadlineExceeded.outcome(), sent);
                     return Err(ProxyError::DeadlineExceeded);
                 }
             };
             let error = match result {
-                Ok(response) => {
-                    observe::attempt(route.name, "response", sent);
-                    upstream::watch_lifetime(&response, capture);
+                Ok((response, pooled)) => {
+                    metrics.attempt(observe::RESPONSE, sent);
                     if retries > 0 {
                         observe::retry("success_after_retry");
                         tracing::Span::current().record("retries", retries);
                     }
-                    return Ok(respond(response, route.name, activity, started));
+                    return Ok(respond(
+                        response,
+                        pooled,
+                        metrics.clone(),
+                        activity,
+                        started,
+                    ));
                 }
                 Err(e) => {
                     let error = if client.too_large() {
@@ -304,7 +336,7 @@ impl Shared {
                         "attempt to {} failed",
                         route.name
                     );
-                    observe::attempt(route.name, error.outcome(), sent);
+                    metrics.attempt(error.outcome(), sent);
                     error
                 }
             };
@@ -360,6 +392,13 @@ impl Shared {
         }
     }
 
+    fn metrics(&self, route: &str) -> &Arc<RouteMetrics> {
+        self.metrics
+            .iter()
+            .find(|m| m.route() == route)
+            .unwrap_or(&self.metrics[0])
+    }
+
     fn policy(&self, route: &str) -> &RetryPolicy {
         self.retries
             .iter()
@@ -412,7 +451,7 @@ impl Outgoing {
 }
 
 /// Rewrites the caller's headers for the service.
-fn prepare_headers(parts: &mut Parts, peer: Option<std::net::IpAddr>) {
+fn prepare_headers(parts: &mut Parts, peer: Option<HeaderValue>, traced: bool) {
     let host = parts.headers.get(header::HOST).cloned().or_else(|| {
         parts
             .uri
@@ -423,11 +462,17 @@ fn prepare_headers(parts: &mut Parts, peer: Option<std::net::IpAddr>) {
     headers::set_forwarded(&mut parts.headers, peer, host);
     // The caller's deadline is re-written per attempt with what remains.
     parts.headers.remove(HTTP_HEADER);
-    telemetry::inject_current(&mut parts.headers);
+    if traced {
+        telemetry::inject_current(&mut parts.headers);
+    }
+}
+
+fn empty_parts() -> Parts {
+    Request::new(()).into_parts().0
 }
 
 fn clone_parts(parts: &Parts) -> Parts {
-    let (mut clone, ()) = Request::new(()).into_parts();
+    let mut clone = empty_parts();
     clone.method = parts.method.clone();
     clone.uri = parts.uri.clone();
     clone.version = parts.version;
@@ -446,7 +491,8 @@ async fn until(deadline: Option<Deadline>) {
 /// The service's response, on its way back.
 fn respond(
     response: Response<hyper::body::Incoming>,
-    route: &'static str,
+    pooled: Pooled,
+    metrics: Arc<RouteMetrics>,
     activity: Arc<Activity>,
     started: Instant,
 ) -> Response<Body> {
@@ -455,7 +501,12 @@ fn respond(
     parts.extensions = http::Extensions::new();
     let status = parts.status;
     let body = ResponseBody::new(body, activity, move |ending| {
-        observe::request(route, status, ending.outcome(), started);
+        // Only a connection whose response was read to the end can carry
+        // another request; any other ending closes it.
+        if ending == Ending::Completed {
+            pooled.release();
+        }
+        metrics.request(status, ending.outcome(), started);
     });
     Response::from_parts(parts, Body::new(body))
 }

@@ -31,6 +31,8 @@ use crate::{
 pub struct ClientConnection {
     /// The peer's address (for `X-Forwarded-For`).
     pub peer: SocketAddr,
+    /// `peer`'s IP as an `X-Forwarded-For` value, formatted once.
+    pub forwarded_for: Option<http::HeaderValue>,
     /// The framing notes of the connection's request heads.
     pub framing: Arc<FramingWatch>,
 }
@@ -71,6 +73,7 @@ pub async fn serve(
         let framing = Arc::new(FramingWatch::default());
         let connection = ClientConnection {
             peer,
+            forwarded_for: crate::headers::forwarded_for(peer.ip()),
             framing: framing.clone(),
         };
         let proxy = proxy.clone();

@@ -1,39 +1,50 @@
-//! The pooled HTTP/1.1 client to the services: hyper-util's legacy `Client`
-//! over an `HttpConnector` with a connect timeout, plus what that pool lacks —
-//! a maximum connection lifetime — and the classification of its errors into
+//! The pooled HTTP/1.1 client to the services: per-origin pools of hyper's
+//! own `client::conn::http1` connections, with a connect timeout, a maximum
+//! connection lifetime, hyper-util's safe re-send of a request that a dead
+//! pooled connection never took, and the classification of its errors into
 //! [`ProxyError`]s.
 //!
-//! **Connection lifetime.** hyper-util's pool has an idle timeout but no
-//! maximum age, so a gateway behind one DNS name would keep talking to the
-//! replicas it first found. [`Connector`] stamps every new connection with a
-//! jittered expiry (±10 %, so a fleet's connections do not all turn over at
-//! once) carried in its `Connected` extras. The first response over a
-//! connection starts one timer ([`watch_lifetime`]); at the expiry it
-//! *poisons* the connection, which the pool honours only when the connection
-//! is next returned or checked out. A request in flight is therefore never
-//! cut: the connection is replaced between requests.
+//! **Why not hyper-util's legacy client.** It spawns a task for every
+//! response to hand the connection back to its pool, checks out through a
+//! race between the pool and a new connect, and has no maximum connection
+//! age (the gateway needed a captured `Connected` and a timer per connection
+//! to add one). Here a connection is a [`SendRequest`] in a `Vec`: it goes
+//! back to its pool when the response body has been read to the end
+//! ([`Pooled::release`]), and a checkout takes the most recently used one
+//! that is ready.
+//!
+//! **Connection lifetime.** Every connection gets a jittered expiry (±10 %,
+//! so a fleet's connections do not all turn over at once). An expired
+//! connection is dropped (closed) when it is returned or next checked out,
+//! never in the middle of a request: the connection is replaced between
+//! requests. Idle connections are also dropped after [`POOL_IDLE_TIMEOUT`],
+//! and a connection the service closed is noticed by its own task and
+//! skipped.
+//!
+//! **Re-sending what was never sent.** When a *reused* connection turns out
+//! to be dead before any byte of the request was written, hyper hands the
+//! request back and it is sent once more on a fresh connection. The service
+//! cannot have seen it, so this is safe for every method (like hyper-util's
+//! `retry_canceled_requests`); it is not counted in
+//! `shopeasy_gateway_retries_total`.
+//!
+//! **Cancellation.** Dropping the request future (activity timeout, caller
+//! gone, deadline) drops hyper's response callback; the connection's task
+//! then closes the connection, so the service sees it closed.
 
 use std::{
-    future::Future,
+    collections::HashMap,
     io,
-    pin::Pin,
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    task::{Context, Poll},
+    sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
 
-use http::{Response, Uri};
-use hyper::body::Incoming;
-use hyper_util::{
-    client::legacy::{
-        self, Client,
-        connect::{CaptureConnection, Connected, Connection, HttpConnector},
-    },
-    rt::{TokioExecutor, TokioIo, TokioTimer},
+use http::{HeaderValue, Request, Response, header, uri::Authority};
+use hyper::{
+    body::Incoming,
+    client::conn::http1::{self, SendRequest},
 };
+use hyper_util::rt::TokioIo;
 use rand::Rng;
 use tokio::{net::TcpStream, time::Instant};
 
@@ -42,62 +53,219 @@ use crate::{activity::BoxError, error::ProxyError};
 /// The body type the gateway sends upstream.
 pub type UpstreamBody = http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, BoxError>;
 
-/// The pooled client.
-pub type UpstreamClient = Client<Connector, UpstreamBody>;
-
 /// How long an idle pooled connection is kept before it is closed.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Why an exchange with a service failed.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// The TCP connect did not finish within the connect timeout.
+    #[error("connect timed out")]
+    ConnectTimeout,
+    /// The TCP connect failed.
+    #[error("connect failed")]
+    Connect(#[source] io::Error),
+    /// The request had no usable origin (`http://host:port`).
+    #[error("the upstream URI has no authority")]
+    NoAuthority,
+    /// The exchange failed after the connection was made.
+    #[error("request failed")]
+    Request(#[source] hyper::Error),
+}
+
+/// The pooled client (cheap to clone: one `Arc`).
+#[derive(Debug, Clone)]
+pub struct UpstreamClient {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    connect_timeout: Duration,
+    lifetime: Duration,
+    pools: Mutex<HashMap<Authority, Vec<Idle>>>,
+}
+
+/// A connection waiting in its pool.
+#[derive(Debug)]
+struct Idle {
+    send: SendRequest<UpstreamBody>,
+    expires_at: Instant,
+    since: Instant,
+}
+
+/// A connection checked out for one exchange. Give it back with
+/// [`release`](Self::release) once the response body has been read to the
+/// end; dropped instead, it closes the connection.
+#[derive(Debug)]
+pub struct Pooled {
+    send: SendRequest<UpstreamBody>,
+    expires_at: Instant,
+    authority: Authority,
+    client: Arc<Inner>,
+}
+
+impl Pooled {
+    /// Returns the connection to its pool, unless it is closed or expired.
+    pub fn release(self) {
+        let now = Instant::now();
+        if self.send.is_closed() || now >= self.expires_at {
+            return;
+        }
+        let mut pools = self.client.lock();
+        let idle = pools.entry(self.authority).or_default();
+        // The pool is in return order: the oldest idle ones are in front.
+        let stale = idle
+            .iter()
+            .take_while(|c| now - c.since >= POOL_IDLE_TIMEOUT)
+            .count();
+        idle.drain(..stale);
+        idle.push(Idle {
+            send: self.send,
+            expires_at: self.expires_at,
+            since: now,
+        });
+    }
+}
 
 /// Builds the client: connect timeout, connection lifetime, keep-alive pool.
-///
-/// hyper-util's own re-send of a request that a reused connection failed
-/// *before any byte of it was written* (`retry_canceled_requests`) is kept:
-/// it can never repeat a request the service saw, so it is safe for every
-/// method. It happens inside the client and is not counted in
-/// `shopeasy_gateway_retries_total`.
 pub fn client(connect_timeout: Duration, lifetime: Duration) -> UpstreamClient {
-    let mut http = HttpConnector::new();
-    http.set_connect_timeout(Some(connect_timeout));
-    http.set_nodelay(true);
-    http.enforce_http(true);
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-        .pool_timer(TokioTimer::new())
-        .timer(TokioTimer::new())
-        .retry_canceled_requests(true)
-        .build(Connector { http, lifetime })
+    UpstreamClient {
+        inner: Arc::new(Inner {
+            connect_timeout,
+            lifetime,
+            pools: Mutex::new(HashMap::new()),
+        }),
+    }
 }
 
-/// An `HttpConnector` whose connections carry a jittered expiry.
-#[derive(Debug, Clone)]
-pub struct Connector {
-    http: HttpConnector,
-    lifetime: Duration,
-}
-
-impl tower::Service<Uri> for Connector {
-    type Response = Expiring;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Expiring, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.http.poll_ready(cx).map_err(Into::into)
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Authority, Vec<Idle>>> {
+        self.pools.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let connecting = self.http.call(uri);
-        let lifetime = jittered(self.lifetime, &mut rand::rng());
-        Box::pin(async move {
-            let io = connecting.await?;
-            Ok(Expiring {
-                io,
-                lifetime: ConnectionLifetime {
-                    expires_at: Instant::now() + lifetime,
-                    watched: Arc::new(AtomicBool::new(false)),
-                },
-            })
+    /// The most recently used ready connection to `authority`. Closed,
+    /// expired and long-idle ones met on the way are dropped; busy ones (a
+    /// connection is returned when its response body ends, a moment before
+    /// hyper is ready for the next request on it) are left in place.
+    fn checkout(&self, authority: &Authority) -> Option<Idle> {
+        let now = Instant::now();
+        let mut pools = self.lock();
+        let idle = pools.get_mut(authority)?;
+        let mut i = idle.len();
+        while i > 0 {
+            i -= 1;
+            let c = &idle[i];
+            if c.send.is_closed() || now >= c.expires_at || now - c.since >= POOL_IDLE_TIMEOUT {
+                drop(idle.remove(i));
+            } else if c.send.is_ready() {
+                return Some(idle.remove(i));
+            }
+        }
+        None
+    }
+
+    async fn connect(&self, authority: &Authority) -> Result<Idle, UpstreamError> {
+        let port = authority.port_u16().unwrap_or(80);
+        let host = authority.host();
+        // An IPv6 literal comes bracketed in the authority.
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        let expires_at = Instant::now() + jittered(self.lifetime, &mut rand::rng());
+        let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect((host, port)))
+            .await
+            .map_err(|_| UpstreamError::ConnectTimeout)?
+            .map_err(UpstreamError::Connect)?;
+        let _ = stream.set_nodelay(true);
+        let (send, connection) = http1::Builder::new()
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(UpstreamError::Request)?;
+        // The connection's task: spawned from the requesting task, so it
+        // starts on the same runtime thread.
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "upstream connection ended with an error");
+            }
+        });
+        Ok(Idle {
+            send,
+            expires_at,
+            since: Instant::now(),
         })
     }
+}
+
+impl UpstreamClient {
+    /// Sends `request` (absolute URI, `http://host:port/...`) over a pooled
+    /// or new connection. On success the response comes with its
+    /// connection, to be [`release`](Pooled::release)d after the body.
+    ///
+    /// # Errors
+    /// [`UpstreamError`]; classify it with [`classify`].
+    pub async fn request(
+        &self,
+        mut request: Request<UpstreamBody>,
+    ) -> Result<(Response<Incoming>, Pooled), UpstreamError> {
+        let authority = request
+            .uri()
+            .authority()
+            .cloned()
+            .ok_or(UpstreamError::NoAuthority)?;
+        origin_form(&mut request, &authority);
+        loop {
+            let (mut idle, reused) = match self.inner.checkout(&authority) {
+                Some(idle) => (idle, true),
+                None => (self.inner.connect(&authority).await?, false),
+            };
+            if !reused {
+                // A fresh connection is ready once its task has run; wait
+                // for it (a failure here is the connection's, not the
+                // request's: nothing was sent).
+                idle.send.ready().await.map_err(UpstreamError::Request)?;
+            }
+            match idle.send.try_send_request(request).await {
+                Ok(response) => {
+                    let pooled = Pooled {
+                        send: idle.send,
+                        expires_at: idle.expires_at,
+                        authority,
+                        client: self.inner.clone(),
+                    };
+                    return Ok((response, pooled));
+                }
+                Err(mut failed) => match failed.take_message() {
+                    // Never written on a reused connection that turned out
+                    // dead: safe to send again, on another connection.
+                    Some(unsent) if reused => {
+                        tracing::debug!(error = %failed.error(), "pooled connection was dead; re-sending");
+                        request = unsent;
+                    }
+                    _ => return Err(UpstreamError::Request(failed.into_error())),
+                },
+            }
+        }
+    }
+}
+
+/// HTTP/1.1 sends the path and query on the request line and the origin in
+/// `Host` (the caller's `Host` was already moved to `X-Forwarded-Host`).
+fn origin_form(request: &mut Request<UpstreamBody>, authority: &Authority) {
+    let host = match authority.port_u16() {
+        Some(80) => HeaderValue::from_str(authority.host()),
+        _ => HeaderValue::from_str(authority.as_str()),
+    };
+    if let Ok(host) = host {
+        request.headers_mut().insert(header::HOST, host);
+    }
+    let path = request
+        .uri()
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    *request.uri_mut() = http::Uri::from(path);
 }
 
 /// `lifetime` ± 10 %.
@@ -105,101 +273,24 @@ fn jittered(lifetime: Duration, rng: &mut impl Rng) -> Duration {
     lifetime.mul_f64(rng.random_range(0.9..=1.1))
 }
 
-/// A connection's expiry, carried in its `Connected` extras (and so in the
-/// extensions of every response received over it).
-#[derive(Debug, Clone)]
-pub struct ConnectionLifetime {
-    /// When the connection stops being reused.
-    pub expires_at: Instant,
-    watched: Arc<AtomicBool>,
-}
-
-/// A TCP connection with its [`ConnectionLifetime`].
-#[derive(Debug)]
-pub struct Expiring {
-    io: TokioIo<TcpStream>,
-    lifetime: ConnectionLifetime,
-}
-
-impl Connection for Expiring {
-    fn connected(&self) -> Connected {
-        self.io.connected().extra(self.lifetime.clone())
-    }
-}
-
-impl hyper::rt::Read for Expiring {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: hyper::rt::ReadBufCursor<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl hyper::rt::Write for Expiring {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-}
-
-/// On the first response over a connection, starts the timer that poisons
-/// it at its expiry (see the module docs). Later responses cost one atomic
-/// load.
-pub fn watch_lifetime(response: &Response<Incoming>, capture: CaptureConnection) {
-    let Some(lifetime) = response.extensions().get::<ConnectionLifetime>() else {
-        return;
-    };
-    if lifetime.watched.load(Ordering::Relaxed) || lifetime.watched.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    let expires_at = lifetime.expires_at;
-    tokio::spawn(async move {
-        tokio::time::sleep_until(expires_at).await;
-        if let Some(connected) = capture.connection_metadata().as_ref() {
-            connected.poison();
-        }
-    });
-}
-
 /// Maps a transport error onto what the caller is told. (Failures of the
 /// caller's own body are told apart by the proxy first, from its
 /// [`ClientSide`](crate::activity::ClientSide).)
-pub fn classify(error: &legacy::Error) -> ProxyError {
-    let io_kind = io_kind(error);
-    if error.is_connect() {
-        return match io_kind {
-            Some(io::ErrorKind::TimedOut) => ProxyError::ConnectTimeout,
-            Some(io::ErrorKind::ConnectionRefused) => ProxyError::ConnectionRefused,
-            _ => ProxyError::ConnectionFailed,
-        };
-    }
-    let hyper_error = source_of::<hyper::Error>(error);
-    let closed = hyper_error.is_some_and(|e| e.is_incomplete_message() || e.is_canceled());
+pub fn classify(error: &UpstreamError) -> ProxyError {
+    let hyper_error = match error {
+        UpstreamError::ConnectTimeout => return ProxyError::ConnectTimeout,
+        UpstreamError::Connect(e) => {
+            return match e.kind() {
+                io::ErrorKind::TimedOut => ProxyError::ConnectTimeout,
+                io::ErrorKind::ConnectionRefused => ProxyError::ConnectionRefused,
+                _ => ProxyError::ConnectionFailed,
+            };
+        }
+        UpstreamError::NoAuthority => return ProxyError::Internal,
+        UpstreamError::Request(e) => e,
+    };
+    let io_kind = io_kind(hyper_error);
+    let closed = hyper_error.is_incomplete_message() || hyper_error.is_canceled();
     let reset = matches!(
         io_kind,
         Some(
@@ -211,7 +302,7 @@ pub fn classify(error: &legacy::Error) -> ProxyError {
     );
     if closed || reset {
         ProxyError::ConnectionTerminated
-    } else if hyper_error.is_some_and(hyper::Error::is_parse) {
+    } else if hyper_error.is_parse() {
         ProxyError::Protocol
     } else {
         tracing::warn!(error = %error_chain(error), "unexpected upstream error");

@@ -664,6 +664,95 @@ async fn pooled_connections_are_replaced_after_their_lifetime() {
     assert_eq!(fake.seen.arrivals(), 4);
 }
 
+#[tokio::test]
+async fn concurrent_requests_share_a_bounded_set_of_pooled_connections() {
+    let fake = Fake::start(|_a: Arrival, s| ok(s, "ok")).await;
+    let gw = gateway(settings(fake.addr)).await;
+    let client = http();
+    for _ in 0..5 {
+        let answers = futures::future::join_all((0..8).map(|i| {
+            let (client, url) = (client.clone(), gw.url(&format!("/api/products/{i}")));
+            async move { client.get(url).send().await.unwrap().text().await.unwrap() }
+        }))
+        .await;
+        assert!(answers.iter().all(|a| a == "ok"), "{answers:?}");
+    }
+    assert_eq!(
+        fake.seen.arrivals(),
+        40,
+        "each request reached the service once"
+    );
+    assert!(
+        fake.seen.connections() <= 8,
+        "connections are reused across rounds: {} for 8 at a time",
+        fake.seen.connections()
+    );
+}
+
+#[tokio::test]
+async fn bodiless_responses_complete_and_keep_their_connection() {
+    let fake = Fake::start(|_a: Arrival, mut stream: TcpStream| async move {
+        stream
+            .write_all(b"HTTP/1.1 204 No Content\r\n\r\n")
+            .await
+            .ok()?;
+        Some(stream)
+    })
+    .await;
+    let gw = gateway(settings(fake.addr)).await;
+    let client = http();
+    for _ in 0..3 {
+        let res = client.get(gw.url("/api/products/1")).send().await.unwrap();
+        assert_eq!(res.status(), 204);
+    }
+    assert_eq!(fake.seen.arrivals(), 3);
+    assert_eq!(
+        fake.seen.connections(),
+        1,
+        "a 204 leaves its connection pooled"
+    );
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            "shopeasy_gateway_requests_total{route=\"product\",status=\"204\",outcome=\"forwarded\"}"
+        ),
+        3.0,
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn a_connection_the_service_closes_is_never_reused() {
+    // Every answer says `connection: close` and the fake hangs up.
+    let fake = Fake::start(|_a: Arrival, mut stream: TcpStream| async move {
+        let answer = "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok";
+        let _ = stream.write_all(answer.as_bytes()).await;
+        None
+    })
+    .await;
+    let gw = gateway(settings(fake.addr)).await;
+    let client = http();
+    for i in 0..3 {
+        // A plain POST may never be repeated: it only succeeds if it goes
+        // out on a live connection the first time.
+        let res = client
+            .post(gw.url("/api/orders"))
+            .body(format!(r#"{{"n":{i}}}"#))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200, "request {i}");
+        assert_eq!(res.text().await.unwrap(), "ok");
+    }
+    assert_eq!(fake.seen.arrivals(), 3);
+    assert_eq!(
+        fake.seen.connections(),
+        3,
+        "one fresh connection per request"
+    );
+}
+
 // ---------------------------------------------------------------- headers
 
 #[tokio::test]
