@@ -373,7 +373,6 @@ async fn first_retry_delays_of_100_clients_are_full_jitter() {
 async fn first_reservation_retries_are_full_jitter() {
     const ORDERS: usize = 100;
     const BASE: f64 = 0.025;
-    const D_CRIT: f64 = 0.195;
     let Some(f) = Fixture::start(|o| {
         let inv = &mut o.order.resilience.inventory;
         // Not under test: every reservation may retry, the breaker stays
@@ -422,32 +421,7 @@ async fn first_reservation_retries_are_full_jitter() {
             (calls[1].arrived - calls[0].answered).as_secs_f64()
         })
         .collect();
-    let overhead = gaps.iter().copied().fold(f64::INFINITY, f64::min).max(0.0);
-    let max = gaps.iter().copied().fold(0.0, f64::max);
-    let span = BASE + overhead;
-    let mut unit: Vec<f64> = gaps.iter().map(|g| (g - overhead) / BASE).collect();
-    let d = ks_uniform(&mut unit);
-    let mut buckets = [0usize; 10];
-    for g in &gaps {
-        let i = ((g - overhead) / (BASE / 10.0)).floor().clamp(0.0, 9.0) as usize;
-        buckets[i] += 1;
-    }
-    println!(
-        "first reservation retries of {ORDERS} orders: overhead {:.2} ms, max {:.1} ms \
-         (span {:.1} ms); KS D = {d:.4} (D_crit {D_CRIT}); 2.5 ms buckets {buckets:?}",
-        overhead * 1e3,
-        max * 1e3,
-        span * 1e3
-    );
-    assert!(overhead < 0.005, "retry overhead {overhead} s");
-    assert!(
-        max <= span + 0.005,
-        "a delay beyond base + 5 ms of noise: {max}"
-    );
-    assert!(
-        d < D_CRIT,
-        "KS D = {d} ≥ {D_CRIT}: not uniform on [0, base]"
-    );
+    assert_full_jitter("first reservation retries", &gaps, BASE);
     f.cluster.stop().await;
 }
 
@@ -462,7 +436,6 @@ async fn first_reservation_retries_are_full_jitter() {
 async fn first_product_retries_are_full_jitter() {
     const ORDERS: usize = 100;
     const BASE: f64 = 0.025;
-    const D_CRIT: f64 = 0.195;
     let Some(f) = Fixture::start(|o| {
         o.order.resilience.product.minimum_calls = 10_000;
         let b = &mut o.order.resilience.retry_budget;
@@ -499,26 +472,36 @@ async fn first_product_retries_are_full_jitter() {
         gaps.push((times[1] - times[0]).as_secs_f64());
     }
     stop.cancel();
+    assert_full_jitter("first product retries", &gaps, BASE);
+    f.cluster.stop().await;
+}
+
+/// Asserts that `gaps` (seconds, one per client) are full jitter on
+/// `[0, base]` after a fixed overhead: the smallest gap is taken as that
+/// overhead (under 5 ms) and subtracted, no gap passes `base + overhead +
+/// 5 ms`, and the Kolmogorov–Smirnov D against the uniform stays below
+/// 0.195 (n = 100, α = 0.001; no jitter at all gives D ≈ 1).
+fn assert_full_jitter(what: &str, gaps: &[f64], base: f64) {
+    const D_CRIT: f64 = 0.195;
     let overhead = gaps.iter().copied().fold(f64::INFINITY, f64::min).max(0.0);
     let max = gaps.iter().copied().fold(0.0, f64::max);
-    let mut unit: Vec<f64> = gaps.iter().map(|g| (g - overhead) / BASE).collect();
+    let mut unit: Vec<f64> = gaps.iter().map(|g| (g - overhead) / base).collect();
     let d = ks_uniform(&mut unit);
     println!(
-        "first product retries of {ORDERS} orders: overhead {:.2} ms, max {:.1} ms; \
-         KS D = {d:.4} (D_crit {D_CRIT})",
+        "{what} of {} orders: overhead {:.2} ms, max {:.1} ms; KS D = {d:.4} (D_crit {D_CRIT})",
+        gaps.len(),
         overhead * 1e3,
         max * 1e3,
     );
-    assert!(overhead < 0.005, "retry overhead {overhead} s");
+    assert!(overhead < 0.005, "{what}: overhead {overhead} s");
     assert!(
-        max <= BASE + overhead + 0.005,
-        "a delay beyond base + 5 ms of noise: {max}"
+        max <= base + overhead + 0.005,
+        "{what}: a delay beyond base + 5 ms of noise: {max}"
     );
     assert!(
         d < D_CRIT,
-        "KS D = {d} ≥ {D_CRIT}: not uniform on [0, base]"
+        "{what}: KS D = {d} ≥ {D_CRIT}, not uniform on [0, base]"
     );
-    f.cluster.stop().await;
 }
 
 #[test]
