@@ -74,32 +74,15 @@ async fn f2_redis_reset_degrades_and_reconnects_with_backoff() {
         logs.push(ConnectionLog::start(proxy));
     }
     let errors = product_cache(&f, "error").await;
-    let window = Duration::from_secs(8);
-    let started = Instant::now();
-    let mut tick = tokio::time::interval(Duration::from_millis(50));
-    let (mut reads, mut orders) = (0, 0);
-    while started.elapsed() < window {
-        tick.tick().await;
-        let read = f.gateway.get(&path).await;
-        assert_eq!(read.status, Some(200), "{}", read.describe());
-        assert!(
-            read.elapsed < Duration::from_millis(500),
-            "{}",
-            read.describe()
-        );
-        reads += 1;
-        if reads % 4 == 0 {
-            let placed = f.order(&id, 1, Some(&key())).await;
-            assert_eq!(placed.status, Some(201), "{}", placed.describe());
-            assert!(
-                placed.elapsed < Duration::from_secs(1),
-                "{}",
-                placed.describe()
-            );
-            orders += 1;
-        }
-    }
-    let window = started.elapsed();
+    let (reads, orders, window) = f
+        .stays_healthy(
+            &path,
+            &id,
+            Duration::from_secs(8),
+            Duration::from_millis(50),
+            4,
+        )
+        .await;
     assert!(
         product_cache(&f, "error").await > errors,
         "the reset reached the product cache as an error (degraded, not hidden)"

@@ -309,32 +309,15 @@ async fn f9_redis_down_reconnects_with_backoff_and_recovers() {
         logs.push(ConnectionLog::start(proxy));
     }
     let (lookups, l2_errors) = stock_cache_counts(&f).await;
-    let window = Duration::from_secs(8);
-    let started = Instant::now();
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
-    let (mut reads, mut orders) = (0, 0);
-    while started.elapsed() < window {
-        tick.tick().await;
-        let read = f.gateway.get(&path).await;
-        assert_eq!(read.status, Some(200), "{}", read.describe());
-        assert!(
-            read.elapsed < Duration::from_millis(500),
-            "{}",
-            read.describe()
-        );
-        reads += 1;
-        if reads % 2 == 0 {
-            let placed = f.order(&id, 1, Some(&key())).await;
-            assert_eq!(placed.status, Some(201), "{}", placed.describe());
-            assert!(
-                placed.elapsed < Duration::from_secs(1),
-                "{}",
-                placed.describe()
-            );
-            orders += 1;
-        }
-    }
-    let window = started.elapsed();
+    let (reads, orders, window) = f
+        .stays_healthy(
+            &path,
+            &id,
+            Duration::from_secs(8),
+            Duration::from_millis(100),
+            2,
+        )
+        .await;
     let (lookups_after, l2_errors_after) = stock_cache_counts(&f).await;
     assert!(
         lookups_after - lookups >= f64::from(orders),

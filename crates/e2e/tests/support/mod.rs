@@ -144,6 +144,45 @@ impl Fixture {
         .expect("reserved")
     }
 
+    /// For `window`, reads `path` through the gateway every `every` (each
+    /// 200 within 500 ms) and places an order of `product` after every
+    /// `order_every` reads (each 201 within 1 s): the service stays healthy
+    /// while a fault is on. Returns the reads, the orders and the time taken.
+    pub async fn stays_healthy(
+        &self,
+        path: &str,
+        product: &str,
+        window: Duration,
+        every: Duration,
+        order_every: u32,
+    ) -> (u32, u32, Duration) {
+        let started = tokio::time::Instant::now();
+        let mut tick = tokio::time::interval(every);
+        let (mut reads, mut orders) = (0, 0);
+        while started.elapsed() < window {
+            tick.tick().await;
+            let read = self.gateway.get(path).await;
+            assert_eq!(read.status, Some(200), "{}", read.describe());
+            assert!(
+                read.elapsed < Duration::from_millis(500),
+                "{}",
+                read.describe()
+            );
+            reads += 1;
+            if reads % order_every == 0 {
+                let placed = self.order(product, 1, Some(&key())).await;
+                assert_eq!(placed.status, Some(201), "{}", placed.describe());
+                assert!(
+                    placed.elapsed < Duration::from_secs(1),
+                    "{}",
+                    placed.describe()
+                );
+                orders += 1;
+            }
+        }
+        (reads, orders, started.elapsed())
+    }
+
     /// Places an order through the gateway.
     pub async fn order(
         &self,
