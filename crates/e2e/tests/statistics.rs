@@ -478,8 +478,8 @@ async fn first_product_retries_are_full_jitter() {
 
 /// Asserts that `gaps` (seconds, one per client) are full jitter on
 /// `[0, base]` after a fixed overhead: the smallest gap is taken as that
-/// overhead (under 5 ms) and subtracted, no gap passes `base + overhead +
-/// 5 ms`, and the Kolmogorov–Smirnov D against the uniform stays below
+/// overhead (under 5 ms) and subtracted, at most 5 % of the gaps pass
+/// `base + overhead + 5 ms` (scheduling stalls), and the Kolmogorov–Smirnov D against the uniform stays below
 /// 0.195 (n = 100, α = 0.001; no jitter at all gives D ≈ 1).
 fn assert_full_jitter(what: &str, gaps: &[f64], base: f64) {
     const D_CRIT: f64 = 0.195;
@@ -494,9 +494,17 @@ fn assert_full_jitter(what: &str, gaps: &[f64], base: f64) {
         max * 1e3,
     );
     assert!(overhead < 0.005, "{what}: overhead {overhead} s");
+    // A loaded CI machine can stall a thread for a few milliseconds now
+    // and then, so a few stragglers are tolerated: with no cap at all
+    // (or a cap twice too high) about half the gaps would pass it.
+    let beyond = gaps
+        .iter()
+        .filter(|&&g| g > base + overhead + 0.005)
+        .count();
     assert!(
-        max <= base + overhead + 0.005,
-        "{what}: a delay beyond base + 5 ms of noise: {max}"
+        beyond <= gaps.len() / 20,
+        "{what}: {beyond} of {} delays beyond base + 5 ms of noise (max {max})",
+        gaps.len()
     );
     assert!(
         d < D_CRIT,

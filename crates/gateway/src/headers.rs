@@ -33,6 +33,12 @@ const HOP_BY_HOP: [HeaderName; 9] = [
 
 /// Removes the hop-by-hop headers and every header named in `Connection`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none of them: one pass comparing names, and no
+    // hashing of nine absent names. (`Connection` is itself hop-by-hop, so
+    // without one there are no named headers either.)
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        return;
+    }
     // An empty Vec does not allocate: the common case costs nothing.
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)

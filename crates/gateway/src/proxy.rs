@@ -47,10 +47,10 @@ use crate::{
     headers,
     observe::{self, RouteMetrics},
     retry::{Decision, Replay, RetryPolicy},
-    routes::{NoRoute, Route, RouteTable},
+    routes::{NoRoute, RouteTable},
     server::ClientConnection,
     settings::GatewaySettings,
-    upstream::{self, Pooled, UpstreamBody, UpstreamClient},
+    upstream::{self, Origin, Pooled, UpstreamBody},
 };
 
 /// Longest backoff between two retries.
@@ -65,11 +65,8 @@ pub struct Proxy {
 #[derive(Debug)]
 struct Shared {
     routes: RouteTable,
-    /// One retry policy (and budget) per route, in `routes.all()` order.
-    retries: Vec<(&'static str, RetryPolicy)>,
-    /// Pre-registered metric handles, one per route, in `routes.all()` order.
-    metrics: Vec<Arc<RouteMetrics>>,
-    client: UpstreamClient,
+    /// Per-route state, in `routes.all()` order.
+    lanes: Vec<Lane>,
     activity_timeout: Duration,
     max_header_bytes: u64,
     max_body_bytes: u64,
@@ -86,32 +83,36 @@ impl Proxy {
         let g = &settings.resilience.gateway;
         let b = &settings.resilience.retry_budget;
         let backoff = Backoff::new(g.retry_backoff_seconds.get(), MAX_BACKOFF, Jitter::Full);
-        let retries = routes
-            .all()
-            .iter()
-            .map(|r| {
-                let budget = RetryBudget::new(BudgetConfig {
-                    ratio: b.ratio,
-                    min_retries_per_window: b.min_retries_per_window,
-                    window: b.window_seconds.get(),
-                });
-                (r.name, RetryPolicy::new(g.get_retries, backoff, budget))
-            })
-            .collect();
-        let metrics = routes
-            .all()
-            .iter()
-            .map(|r| Arc::new(RouteMetrics::new(r.name)))
-            .collect();
+        let mut lanes: Vec<Lane> = Vec::new();
+        for route in routes.all() {
+            // Routes to the same address share one origin, so one pool.
+            let origin = match lanes
+                .iter()
+                .find(|l| l.origin.authority() == &route.authority)
+            {
+                Some(lane) => lane.origin.clone(),
+                None => Arc::new(Origin::new(
+                    route.authority.clone(),
+                    g.connect_timeout_seconds.get(),
+                    g.pooled_connection_lifetime_seconds.get(),
+                )?),
+            };
+            let budget = RetryBudget::new(BudgetConfig {
+                ratio: b.ratio,
+                min_retries_per_window: b.min_retries_per_window,
+                window: b.window_seconds.get(),
+            });
+            lanes.push(Lane {
+                name: route.name,
+                policy: RetryPolicy::new(g.get_retries, backoff, budget),
+                metrics: Arc::new(RouteMetrics::new(route.name)),
+                origin,
+            });
+        }
         Ok(Self {
             shared: Arc::new(Shared {
                 routes,
-                retries,
-                metrics,
-                client: upstream::client(
-                    g.connect_timeout_seconds.get(),
-                    g.pooled_connection_lifetime_seconds.get(),
-                ),
+                lanes,
                 activity_timeout: g.activity_timeout_seconds.get(),
                 max_header_bytes: settings.limits.max_header_bytes,
                 max_body_bytes: settings.limits.max_body_bytes,
@@ -122,10 +123,37 @@ impl Proxy {
 
     /// Registers each route's retry budget for `/admin/resilience`.
     pub fn register(&self, registry: &Registry) {
-        for (name, policy) in &self.shared.retries {
-            registry.budget(*name, policy.budget());
+        for lane in &self.shared.lanes {
+            registry.budget(lane.name, lane.policy.budget());
         }
     }
+
+    /// Serves one request that came on `connection` (what the listener
+    /// calls: no boxing, no request extension per request).
+    pub fn serve<B>(
+        &self,
+        connection: Arc<ClientConnection>,
+        request: Request<B>,
+    ) -> impl Future<Output = Result<Response<Body>, Infallible>> + Send + 'static + use<B>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let shared = self.shared.clone();
+        async move { Ok(shared.handle(Some(&connection), request).await) }
+    }
+}
+
+/// What the proxy keeps per route.
+#[derive(Debug)]
+struct Lane {
+    name: &'static str,
+    /// The route's retry policy and budget.
+    policy: RetryPolicy,
+    /// Pre-registered metric handles.
+    metrics: Arc<RouteMetrics>,
+    /// Where its requests go.
+    origin: Arc<Origin>,
 }
 
 impl<B> tower::Service<Request<B>> for Proxy
@@ -143,26 +171,32 @@ where
         Poll::Ready(Ok(()))
     }
 
+    /// For embedding: the client connection's details, if any, come from
+    /// a [`ClientConnection`] request extension.
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let shared = self.shared.clone();
-        Box::pin(async move { Ok(shared.handle(request).await) })
+        let connection = request.extensions().get::<ClientConnection>().cloned();
+        Box::pin(async move { Ok(shared.handle(connection.as_ref(), request).await) })
     }
 }
 
 impl Shared {
-    async fn handle<B>(&self, request: Request<B>) -> Response<Body>
+    async fn handle<B>(
+        &self,
+        connection: Option<&ClientConnection>,
+        request: Request<B>,
+    ) -> Response<Body>
     where
         B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: Into<BoxError>,
     {
         let started = Instant::now();
-        let connection = request.extensions().get::<ClientConnection>();
         // One framing note per request, taken first so notes stay in step.
         if connection.is_some_and(|c| c.framing.next_is_ambiguous()) {
             return fail("unmatched", ProxyError::AmbiguousFraming, started);
         }
-        let route = match self.routes.resolve(request.uri().path()) {
-            Ok(route) => route,
+        let lane = match self.routes.resolve(request.uri().path()) {
+            Ok(route) => self.lane(route.name),
             Err(no) => {
                 let error = match no {
                     NoRoute::NotFound => ProxyError::NoRoute,
@@ -174,7 +208,7 @@ impl Shared {
         let span = tracing::info_span!(
             "gateway.request",
             otel.kind = "server",
-            route = route.name,
+            route = lane.name,
             http.request.method = %request.method(),
             http.response.status_code = tracing::field::Empty,
             retries = tracing::field::Empty,
@@ -187,12 +221,13 @@ impl Shared {
         }
         // Records the request if the client goes away before the answer.
         let mut waiting = Waiting {
-            route: route.name,
+            route: lane.name,
             started,
             armed: true,
         };
+        let peer = connection.and_then(|c| c.forwarded_for.clone());
         let result = self
-            .forward(route, request, started, traced)
+            .forward(lane, peer, request, started, traced)
             .instrument(span.clone())
             .await;
         waiting.armed = false;
@@ -207,14 +242,15 @@ impl Shared {
                 if traced {
                     span.record("http.response.status_code", error.status().as_u16());
                 }
-                fail(route.name, error, started)
+                fail(lane.name, error, started)
             }
         }
     }
 
     async fn forward<B>(
         &self,
-        route: &Route,
+        lane: &Lane,
+        peer: Option<HeaderValue>,
         request: Request<B>,
         started: Instant,
         traced: bool,
@@ -223,10 +259,6 @@ impl Shared {
         B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: Into<BoxError>,
     {
-        let peer = request
-            .extensions()
-            .get::<ClientConnection>()
-            .and_then(|c| c.forwarded_for.clone());
         let (mut parts, body) = request.into_parts();
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         headers::check_request(&parts.headers, target.len(), self.max_header_bytes)?;
@@ -238,13 +270,8 @@ impl Shared {
         let has_body = declared.is_some_and(|n| n > 0)
             || parts.headers.contains_key(header::TRANSFER_ENCODING);
         let replay = Replay::of(&parts.method, &parts.headers, has_body);
-        let uri = route.uri(target).map_err(|e| {
-            tracing::error!(error = %e, target, "cannot build the upstream URI");
-            ProxyError::Internal
-        })?;
         let deadline = Deadline::from_headers(&parts.headers);
         prepare_headers(&mut parts, peer, traced);
-        parts.uri = uri;
         parts.version = Version::HTTP_11;
 
         let activity = Arc::new(Activity::new(self.activity_timeout));
@@ -263,8 +290,8 @@ impl Shared {
             ),
         };
 
-        let policy = self.policy(route.name);
-        let metrics = self.metrics(route.name);
+        let policy = &lane.policy;
+        let metrics = &lane.metrics;
         policy.deposit();
         let mut retries = 0u32;
         let mut previous_delay = Duration::ZERO;
@@ -292,7 +319,7 @@ impl Shared {
             let sent = Instant::now();
             activity.touch();
             let result = tokio::select! {
-                r = self.client.request(attempt) => r,
+                r = lane.origin.request(attempt) => r,
                 () = activity.idle() => {
                     let error = if client.stalled() {
                         ProxyError::ClientStalled
@@ -334,7 +361,7 @@ impl Shared {
                         error = %upstream::error_chain(&e),
                         retries,
                         "attempt to {} failed",
-                        route.name
+                        lane.name
                     );
                     metrics.attempt(error.outcome(), sent);
                     error
@@ -392,18 +419,11 @@ impl Shared {
         }
     }
 
-    fn metrics(&self, route: &str) -> &Arc<RouteMetrics> {
-        self.metrics
+    fn lane(&self, route: &str) -> &Lane {
+        self.lanes
             .iter()
-            .find(|m| m.route() == route)
-            .unwrap_or(&self.metrics[0])
-    }
-
-    fn policy(&self, route: &str) -> &RetryPolicy {
-        self.retries
-            .iter()
-            .find(|(name, _)| *name == route)
-            .map_or(&self.retries[0].1, |(_, p)| p)
+            .find(|l| l.name == route)
+            .unwrap_or(&self.lanes[0])
     }
 }
 

@@ -19,7 +19,6 @@ use hyper_util::{
 };
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tower::Service as _;
 
 use crate::{
     framing::{FramingWatch, Sniffed},
@@ -71,15 +70,14 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let framing = Arc::new(FramingWatch::default());
-        let connection = ClientConnection {
+        let connection = Arc::new(ClientConnection {
             peer,
             forwarded_for: crate::headers::forwarded_for(peer.ip()),
             framing: framing.clone(),
-        };
+        });
         let proxy = proxy.clone();
-        let service = service_fn(move |mut request: http::Request<Incoming>| {
-            request.extensions_mut().insert(connection.clone());
-            proxy.clone().call(request)
+        let service = service_fn(move |request: http::Request<Incoming>| {
+            proxy.serve(connection.clone(), request)
         });
         let io = TokioIo::new(Sniffed::new(stream, framing));
         let conn = graceful.watch(http.serve_connection(io, service));

@@ -1,5 +1,6 @@
-//! The pooled HTTP/1.1 client to the services: per-origin pools of hyper's
-//! own `client::conn::http1` connections, with a connect timeout, a maximum
+//! The pooled HTTP/1.1 client to the services: one [`Origin`] per service
+//! address, each with its own pool of hyper's `client::conn::http1`
+//! connections, with a connect timeout, a maximum
 //! connection lifetime, hyper-util's safe re-send of a request that a dead
 //! pooled connection never took, and the classification of its errors into
 //! [`ProxyError`]s.
@@ -8,10 +9,11 @@
 //! response to hand the connection back to its pool, checks out through a
 //! race between the pool and a new connect, and has no maximum connection
 //! age (the gateway needed a captured `Connected` and a timer per connection
-//! to add one). Here a connection is a [`SendRequest`] in a `Vec`: it goes
-//! back to its pool when the response body has been read to the end
-//! ([`Pooled::release`]), and a checkout takes the most recently used one
-//! that is ready.
+//! to add one). Here a connection is a [`SendRequest`] in its origin's
+//! `Vec` (the origins are known at start-up, so there is no map to hash
+//! into per request): it goes back to its pool when the response body has
+//! been read to the end ([`Pooled::release`]), and a checkout takes the most
+//! recently used one that is ready.
 //!
 //! **Connection lifetime.** Every connection gets a jittered expiry (±10 %,
 //! so a fleet's connections do not all turn over at once). An expired
@@ -33,7 +35,6 @@
 //! then closes the connection, so the service sees it closed.
 
 use std::{
-    collections::HashMap,
     io,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
@@ -65,25 +66,22 @@ pub enum UpstreamError {
     /// The TCP connect failed.
     #[error("connect failed")]
     Connect(#[source] io::Error),
-    /// The request had no usable origin (`http://host:port`).
-    #[error("the upstream URI has no authority")]
-    NoAuthority,
     /// The exchange failed after the connection was made.
     #[error("request failed")]
     Request(#[source] hyper::Error),
 }
 
-/// The pooled client (cheap to clone: one `Arc`).
-#[derive(Debug, Clone)]
-pub struct UpstreamClient {
-    inner: Arc<Inner>,
-}
-
+/// One service address and its pool of keep-alive connections. Shared
+/// (`Arc`) by every route that points at the same address.
 #[derive(Debug)]
-struct Inner {
+pub struct Origin {
+    authority: Authority,
+    /// The `Host` header sent to it, formatted once.
+    host: HeaderValue,
     connect_timeout: Duration,
     lifetime: Duration,
-    pools: Mutex<HashMap<Authority, Vec<Idle>>>,
+    /// Idle connections in return order: the oldest in front.
+    idle: Mutex<Vec<Idle>>,
 }
 
 /// A connection waiting in its pool.
@@ -101,8 +99,7 @@ struct Idle {
 pub struct Pooled {
     send: SendRequest<UpstreamBody>,
     expires_at: Instant,
-    authority: Authority,
-    client: Arc<Inner>,
+    origin: Arc<Origin>,
 }
 
 impl Pooled {
@@ -112,9 +109,7 @@ impl Pooled {
         if self.send.is_closed() || now >= self.expires_at {
             return;
         }
-        let mut pools = self.client.lock();
-        let idle = pools.entry(self.authority).or_default();
-        // The pool is in return order: the oldest idle ones are in front.
+        let mut idle = self.origin.lock();
         let stale = idle
             .iter()
             .take_while(|c| now - c.since >= POOL_IDLE_TIMEOUT)
@@ -128,30 +123,45 @@ impl Pooled {
     }
 }
 
-/// Builds the client: connect timeout, connection lifetime, keep-alive pool.
-pub fn client(connect_timeout: Duration, lifetime: Duration) -> UpstreamClient {
-    UpstreamClient {
-        inner: Arc::new(Inner {
+impl Origin {
+    /// An origin at `authority` (`host:port`) with an empty pool.
+    ///
+    /// # Errors
+    /// When `authority` cannot be a `Host` header value.
+    pub fn new(
+        authority: Authority,
+        connect_timeout: Duration,
+        lifetime: Duration,
+    ) -> Result<Self, http::header::InvalidHeaderValue> {
+        let host = match authority.port_u16() {
+            Some(80) => HeaderValue::from_str(authority.host())?,
+            _ => HeaderValue::from_str(authority.as_str())?,
+        };
+        Ok(Self {
+            authority,
+            host,
             connect_timeout,
             lifetime,
-            pools: Mutex::new(HashMap::new()),
-        }),
-    }
-}
-
-impl Inner {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Authority, Vec<Idle>>> {
-        self.pools.lock().unwrap_or_else(PoisonError::into_inner)
+            idle: Mutex::new(Vec::new()),
+        })
     }
 
-    /// The most recently used ready connection to `authority`. Closed,
-    /// expired and long-idle ones met on the way are dropped; busy ones (a
-    /// connection is returned when its response body ends, a moment before
-    /// hyper is ready for the next request on it) are left in place.
-    fn checkout(&self, authority: &Authority) -> Option<Idle> {
+    /// The `host:port` this origin connects to.
+    pub fn authority(&self) -> &Authority {
+        &self.authority
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The most recently used ready connection. Closed, expired and
+    /// long-idle ones met on the way are dropped; busy ones (a connection is
+    /// returned when its response body ends, a moment before hyper is ready
+    /// for the next request on it) are left in place.
+    fn checkout(&self) -> Option<Idle> {
         let now = Instant::now();
-        let mut pools = self.lock();
-        let idle = pools.get_mut(authority)?;
+        let mut idle = self.lock();
         let mut i = idle.len();
         while i > 0 {
             i -= 1;
@@ -165,9 +175,9 @@ impl Inner {
         None
     }
 
-    async fn connect(&self, authority: &Authority) -> Result<Idle, UpstreamError> {
-        let port = authority.port_u16().unwrap_or(80);
-        let host = authority.host();
+    async fn connect(&self) -> Result<Idle, UpstreamError> {
+        let port = self.authority.port_u16().unwrap_or(80);
+        let host = self.authority.host();
         // An IPv6 literal comes bracketed in the authority.
         let host = host
             .strip_prefix('[')
@@ -196,29 +206,23 @@ impl Inner {
             since: Instant::now(),
         })
     }
-}
 
-impl UpstreamClient {
-    /// Sends `request` (absolute URI, `http://host:port/...`) over a pooled
-    /// or new connection. On success the response comes with its
-    /// connection, to be [`release`](Pooled::release)d after the body.
+    /// Sends `request` over a pooled or new connection, with this origin's
+    /// `Host` and the request target in origin form (`/path?query`). On
+    /// success the response comes with its connection, to be
+    /// [`release`](Pooled::release)d after the body.
     ///
     /// # Errors
     /// [`UpstreamError`]; classify it with [`classify`].
     pub async fn request(
-        &self,
+        self: &Arc<Self>,
         mut request: Request<UpstreamBody>,
     ) -> Result<(Response<Incoming>, Pooled), UpstreamError> {
-        let authority = request
-            .uri()
-            .authority()
-            .cloned()
-            .ok_or(UpstreamError::NoAuthority)?;
-        origin_form(&mut request, &authority);
+        self.origin_form(&mut request);
         loop {
-            let (mut idle, reused) = match self.inner.checkout(&authority) {
+            let (mut idle, reused) = match self.checkout() {
                 Some(idle) => (idle, true),
-                None => (self.inner.connect(&authority).await?, false),
+                None => (self.connect().await?, false),
             };
             if !reused {
                 // A fresh connection is ready once its task has run; wait
@@ -231,8 +235,7 @@ impl UpstreamClient {
                     let pooled = Pooled {
                         send: idle.send,
                         expires_at: idle.expires_at,
-                        authority,
-                        client: self.inner.clone(),
+                        origin: self.clone(),
                     };
                     return Ok((response, pooled));
                 }
@@ -248,24 +251,24 @@ impl UpstreamClient {
             }
         }
     }
-}
 
-/// HTTP/1.1 sends the path and query on the request line and the origin in
-/// `Host` (the caller's `Host` was already moved to `X-Forwarded-Host`).
-fn origin_form(request: &mut Request<UpstreamBody>, authority: &Authority) {
-    let host = match authority.port_u16() {
-        Some(80) => HeaderValue::from_str(authority.host()),
-        _ => HeaderValue::from_str(authority.as_str()),
-    };
-    if let Ok(host) = host {
-        request.headers_mut().insert(header::HOST, host);
+    /// HTTP/1.1 sends the path and query on the request line and the origin
+    /// in `Host` (the caller's `Host` was already moved to
+    /// `X-Forwarded-Host`). A target that came in origin form, as nearly all
+    /// do, is kept as it is.
+    fn origin_form(&self, request: &mut Request<UpstreamBody>) {
+        request
+            .headers_mut()
+            .insert(header::HOST, self.host.clone());
+        let uri = request.uri();
+        if uri.scheme().is_some() || uri.authority().is_some() {
+            let path = uri
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+            *request.uri_mut() = http::Uri::from(path);
+        }
     }
-    let path = request
-        .uri()
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
-    *request.uri_mut() = http::Uri::from(path);
 }
 
 /// `lifetime` ± 10 %.
@@ -286,7 +289,6 @@ pub fn classify(error: &UpstreamError) -> ProxyError {
                 _ => ProxyError::ConnectionFailed,
             };
         }
-        UpstreamError::NoAuthority => return ProxyError::Internal,
         UpstreamError::Request(e) => e,
     };
     let io_kind = io_kind(hyper_error);

@@ -804,6 +804,33 @@ async fn hop_by_hop_and_connection_named_headers_never_reach_the_service() {
 }
 
 #[tokio::test]
+async fn the_service_gets_origin_form_and_its_own_host_whatever_form_the_caller_used() {
+    let fake = Fake::start(|_a: Arrival, s| ok(s, "ok")).await;
+    let gw = gateway(settings(fake.addr)).await;
+    for request in [
+        &b"GET /api/products/1?x=1 HTTP/1.1\r\nhost: shop.example\r\nconnection: close\r\n\r\n"[..],
+        // Absolute form (RFC 9112 §3.2.2): the authority is the caller's,
+        // never the service's request line.
+        &b"GET http://shop.example/api/products/1?x=1 HTTP/1.1\r\nhost: shop.example\r\n\
+           connection: close\r\n\r\n"[..],
+    ] {
+        let answer = raw(gw.addr, request, Duration::from_secs(5)).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    let heads = fake.seen.heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 2);
+    for head in heads {
+        let head = head.to_ascii_lowercase();
+        assert!(
+            head.starts_with("get /api/products/1?x=1 http/1.1"),
+            "{head}"
+        );
+        assert_eq!(header(&head, "host"), Some(fake.addr.to_string().as_str()));
+        assert_eq!(header(&head, "x-forwarded-host"), Some("shop.example"));
+    }
+}
+
+#[tokio::test]
 async fn content_length_with_transfer_encoding_is_rejected_with_400() {
     let fake = Fake::start(|_a: Arrival, s| ok(s, "ok")).await;
     let gw = gateway(settings(fake.addr)).await;
