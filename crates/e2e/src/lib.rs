@@ -23,12 +23,14 @@
 //! - [`pgwire`]: a Postgres wire stub for F7 on the storage edges (`53300`,
 //!   `57P03` at connect; `40001` on every statement).
 //! - [`resp`]: a Redis (RESP) stub for F7 (`LOADING`, `BUSY`, `OOM` errors).
+//! - [`listen`]: the accept loop those stubs share.
 
 pub mod chaos;
 pub mod client;
 pub mod cluster;
 pub mod history;
 pub mod invariants;
+pub mod listen;
 pub mod pgwire;
 pub mod resp;
 pub mod stub;

@@ -49,6 +49,8 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::listen::accept_until;
+
 /// Protocol 3.0, the `StartupMessage` code.
 const PROTOCOL_3: u32 = 196_608;
 /// The `SSLRequest` code.
@@ -130,30 +132,17 @@ impl PgStub {
         let seen = Arc::new(Seen::default());
         let stop = CancellationToken::new();
         let failure = Arc::new(failure);
-        let (count, token) = (seen.clone(), stop.clone());
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    () = token.cancelled() => return,
-                    accepted = listener.accept() => accepted,
-                };
-                let Ok((socket, _)) = accepted else {
-                    continue;
-                };
-                count.connections.fetch_add(1, Ordering::Relaxed);
-                let session = Session {
-                    socket,
-                    failure: failure.clone(),
-                    seen: count.clone(),
-                    status: b'I',
-                };
-                let token = token.clone();
-                tokio::spawn(async move {
-                    tokio::select! {
-                        () = token.cancelled() => {}
-                        _ = session.run() => {}
-                    }
-                });
+        let count = seen.clone();
+        accept_until(listener, stop.clone(), move |socket| {
+            count.connections.fetch_add(1, Ordering::Relaxed);
+            let session = Session {
+                socket,
+                failure: failure.clone(),
+                seen: count.clone(),
+                status: b'I',
+            };
+            async move {
+                let _ = session.run().await;
             }
         });
         Ok(Self { addr, seen, stop })

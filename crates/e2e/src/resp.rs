@@ -36,6 +36,8 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::listen::accept_until;
+
 /// Commands answered with success: the connection handshake.
 const HANDSHAKE: [&str; 5] = ["HELLO", "AUTH", "SELECT", "CLIENT", "QUIT"];
 /// Larger requests are refused (a test double never needs them).
@@ -72,24 +74,12 @@ impl RespStub {
         let refusal: Arc<[u8]> = format!("-{}\r\n", error.replace(['\r', '\n'], " "))
             .into_bytes()
             .into();
-        let (count, token) = (seen.clone(), stop.clone());
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    () = token.cancelled() => return,
-                    accepted = listener.accept() => accepted,
-                };
-                let Ok((socket, _)) = accepted else {
-                    continue;
-                };
-                count.connections.fetch_add(1, Ordering::Relaxed);
-                let (seen, refusal, token) = (count.clone(), refusal.clone(), token.clone());
-                tokio::spawn(async move {
-                    tokio::select! {
-                        () = token.cancelled() => {}
-                        _ = serve(socket, &seen, &refusal) => {}
-                    }
-                });
+        let count = seen.clone();
+        accept_until(listener, stop.clone(), move |socket| {
+            count.connections.fetch_add(1, Ordering::Relaxed);
+            let (seen, refusal) = (count.clone(), refusal.clone());
+            async move {
+                let _ = serve(socket, &seen, &refusal).await;
             }
         });
         Ok(Self { addr, seen, stop })

@@ -24,11 +24,10 @@ use shopeasy_proto::inventory::v1::{
     self as pb,
     inventory_service_server::{InventoryService, InventoryServiceServer},
 };
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpListener,
-};
+use tokio::{io::AsyncWriteExt, net::TcpListener};
 use tokio_util::sync::CancellationToken;
+
+use crate::listen::{accept_until, read_head};
 
 /// A canned-answer HTTP server on 127.0.0.1:0, stopped on drop.
 #[derive(Debug)]
@@ -58,32 +57,17 @@ impl Stub {
         let response: Arc<[u8]> = response.into_bytes().into();
         let requests = Arc::new(AtomicU64::new(0));
         let stop = CancellationToken::new();
-        let (count, token) = (requests.clone(), stop.clone());
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    () = token.cancelled() => return,
-                    accepted = listener.accept() => accepted,
-                };
-                let Ok((mut socket, _)) = accepted else {
-                    continue;
-                };
-                let (response, count) = (response.clone(), count.clone());
-                tokio::spawn(async move {
-                    // Read until the end of the headers (bodies are small
-                    // and ignored), then answer and close.
-                    let mut seen = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match socket.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => seen.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    count.fetch_add(1, Ordering::Relaxed);
-                    let _ = socket.write_all(&response).await;
-                    let _ = socket.shutdown().await;
-                });
+        let count = requests.clone();
+        accept_until(listener, stop.clone(), move |mut socket| {
+            let (response, count) = (response.clone(), count.clone());
+            async move {
+                // Answer each request head, then close.
+                if !read_head(&mut socket).await {
+                    return;
+                }
+                count.fetch_add(1, Ordering::Relaxed);
+                let _ = socket.write_all(&response).await;
+                let _ = socket.shutdown().await;
             }
         });
         Ok(Self {
@@ -294,49 +278,35 @@ impl ScriptedStub {
         let script: Arc<[Vec<u8>]> = script.iter().map(Canned::bytes).collect();
         let arrivals = Arc::new(std::sync::Mutex::new(Vec::new()));
         let stop = CancellationToken::new();
-        let (log, token) = (arrivals.clone(), stop.clone());
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    () = token.cancelled() => return,
-                    accepted = listener.accept() => accepted,
+        let log = arrivals.clone();
+        accept_until(listener, stop.clone(), move |mut socket| {
+            let (script, log) = (script.clone(), log.clone());
+            async move {
+                if !read_head(&mut socket).await {
+                    return;
+                }
+                let arrived = tokio::time::Instant::now();
+                // Take a slot and answer under the lock, so arrivals are in
+                // script order.
+                let response = {
+                    let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
+                    let index = log.len().min(script.len() - 1);
+                    log.push(Arrival {
+                        arrived,
+                        answered: arrived,
+                    });
+                    (log.len() - 1, script[index].clone())
                 };
-                let Ok((mut socket, _)) = accepted else {
-                    continue;
-                };
-                let (script, log) = (script.clone(), log.clone());
-                tokio::spawn(async move {
-                    let mut seen = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match socket.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => seen.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let arrived = tokio::time::Instant::now();
-                    // Take a slot and answer under the lock, so arrivals
-                    // are in script order.
-                    let response = {
-                        let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
-                        let index = log.len().min(script.len() - 1);
-                        log.push(Arrival {
-                            arrived,
-                            answered: arrived,
-                        });
-                        (log.len() - 1, script[index].clone())
-                    };
-                    let _ = socket.write_all(&response.1).await;
-                    let answered = tokio::time::Instant::now();
-                    if let Some(entry) = log
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get_mut(response.0)
-                    {
-                        entry.answered = answered;
-                    }
-                    let _ = socket.shutdown().await;
-                });
+                let _ = socket.write_all(&response.1).await;
+                let answered = tokio::time::Instant::now();
+                if let Some(entry) = log
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_mut(response.0)
+                {
+                    entry.answered = answered;
+                }
+                let _ = socket.shutdown().await;
             }
         });
         Ok(Self {
