@@ -161,14 +161,7 @@ impl GrpcStub {
             code,
             calls: calls.clone(),
         });
-        let token = stop.clone();
-        tokio::spawn(async move {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-            let _ = tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming_shutdown(incoming, token.cancelled_owned())
-                .await;
-        });
+        serve_inventory(listener, service, stop.clone());
         Ok(Self { addr, calls, stop })
     }
 
@@ -181,6 +174,21 @@ impl GrpcStub {
     pub fn calls(&self) -> u64 {
         self.calls.load(Ordering::Relaxed)
     }
+}
+
+/// Serves `service` as Inventory on `listener` until `stop` is cancelled.
+fn serve_inventory<S: InventoryService>(
+    listener: TcpListener,
+    service: InventoryServiceServer<S>,
+    stop: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let _ = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+            .await;
+    });
 }
 
 impl Drop for GrpcStub {
@@ -463,14 +471,7 @@ impl ScriptedInventory {
             script: script.into(),
             reserves: reserves.clone(),
         });
-        let token = stop.clone();
-        tokio::spawn(async move {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-            let _ = tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming_shutdown(incoming, token.cancelled_owned())
-                .await;
-        });
+        serve_inventory(listener, service, stop.clone());
         Ok(Self {
             addr,
             reserves,

@@ -55,14 +55,27 @@ async fn orders_of(f: &Fixture, key: &str) -> i64 {
         .unwrap()
 }
 
-/// Where `edge`'s proxy forwards now (to point it back after a stub).
-async fn upstream_of(f: &Fixture, edge: &str) -> SocketAddr {
+/// Points `edge`'s proxy at `stub` and returns where it forwarded before
+/// (to point it back with `f.cluster.redirect(edge, real)`).
+async fn stand_in(f: &Fixture, edge: &str, stub: SocketAddr) -> SocketAddr {
     let upstream = f.cluster.proxy(edge).await.upstream().to_owned();
-    tokio::net::lookup_host(upstream.as_str())
+    let real = tokio::net::lookup_host(upstream.as_str())
         .await
         .unwrap()
         .next()
-        .unwrap()
+        .unwrap();
+    f.cluster.redirect(edge, stub).await.unwrap();
+    real
+}
+
+/// A Postgres that fails every statement with a serialization failure.
+async fn serialization_failures() -> PgStub {
+    PgStub::fail_statements(
+        "40001",
+        "could not serialize access due to concurrent update",
+    )
+    .await
+    .unwrap()
 }
 
 /// A health endpoint's status.
@@ -85,12 +98,8 @@ async fn order_postgres_refuses_at_connect(code: &str, message: &str) {
     let id = product.id.to_string();
     // Healthy first: the pool holds connections to the real database.
     assert_eq!(order(&f, &id, 1, &key()).await.status, Some(201));
-    let real = upstream_of(&f, "order-postgres").await;
     let stub = PgStub::refuse_startup(code, message).await.unwrap();
-    f.cluster
-        .redirect("order-postgres", stub.addr())
-        .await
-        .unwrap();
+    let real = stand_in(&f, "order-postgres", stub.addr()).await;
 
     let started = Instant::now();
     assert_eq!(health(&f, Service::Order, "ready").await, 503, "not ready");
@@ -175,17 +184,8 @@ async fn f7_inventory_postgres_serialization_failure_is_retried_a_bounded_number
     let (a, b) = (cached.id.to_string(), uncached.id.to_string());
     // Order A once: its stock is now in order's stock cache.
     assert_eq!(order(&f, &a, 1, &key()).await.status, Some(201));
-    let real = upstream_of(&f, "inventory-postgres").await;
-    let stub = PgStub::fail_statements(
-        "40001",
-        "could not serialize access due to concurrent update",
-    )
-    .await
-    .unwrap();
-    f.cluster
-        .redirect("inventory-postgres", stub.addr())
-        .await
-        .unwrap();
+    let stub = serialization_failures().await;
+    let real = stand_in(&f, "inventory-postgres", stub.addr()).await;
 
     let ka = key();
     let pending = order(&f, &a, 2, &ka).await;
@@ -278,18 +278,10 @@ async fn redis_answers_with(error: &str) {
     assert_eq!(f.gateway.get(&path).await.status, Some(200));
     assert_eq!(order(&f, &id, 1, &key()).await.status, Some(201));
 
-    let real_product = upstream_of(&f, "product-redis").await;
-    let real_order = upstream_of(&f, "order-redis").await;
     let product_stub = RespStub::start(error).await.unwrap();
     let order_stub = RespStub::start(error).await.unwrap();
-    f.cluster
-        .redirect("product-redis", product_stub.addr())
-        .await
-        .unwrap();
-    f.cluster
-        .redirect("order-redis", order_stub.addr())
-        .await
-        .unwrap();
+    let real_product = stand_in(&f, "product-redis", product_stub.addr()).await;
+    let real_order = stand_in(&f, "order-redis", order_stub.addr()).await;
 
     // Requests for 2.5 s: the redirect broke each service's connection
     // (the first call fails on it and Redis rests for 1 s), so the calls
@@ -409,17 +401,8 @@ async fn f7_order_postgres_serialization_failure_is_503_and_bounded() {
         .unwrap();
     let id = product.id.to_string();
     assert_eq!(order(&f, &id, 1, &key()).await.status, Some(201));
-    let real = upstream_of(&f, "order-postgres").await;
-    let stub = PgStub::fail_statements(
-        "40001",
-        "could not serialize access due to concurrent update",
-    )
-    .await
-    .unwrap();
-    f.cluster
-        .redirect("order-postgres", stub.addr())
-        .await
-        .unwrap();
+    let stub = serialization_failures().await;
+    let real = stand_in(&f, "order-postgres", stub.addr()).await;
     let k = key();
     let answer = order(&f, &id, 1, &k).await;
     println!(

@@ -23,7 +23,7 @@ use shopeasy_e2e::{
     client::{eventually, metric_sum},
     stub::Stub,
 };
-use shopeasy_runtime::settings::Seconds;
+use shopeasy_runtime::settings::{Seconds, common::RetryBudgetSettings};
 use support::{Fixture, key, order_body};
 use tokio::{io::AsyncReadExt, net::TcpListener, time::Instant};
 use tokio_util::sync::CancellationToken;
@@ -295,9 +295,7 @@ async fn first_retry_delays_of_100_clients_are_full_jitter() {
         g.get_retries = 1;
         g.retry_backoff_seconds = Seconds::new(BASE);
         // The budget is not under test here: every client may retry once.
-        let b = &mut o.gateway.resilience.retry_budget;
-        b.ratio = 1.0;
-        b.min_retries_per_window = 10_000;
+        unbudgeted(&mut o.gateway.resilience.retry_budget);
     })
     .await
     else {
@@ -378,9 +376,7 @@ async fn first_reservation_retries_are_full_jitter() {
         // Not under test: every reservation may retry, the breaker stays
         // closed, and the outbox worker waits until the run is over.
         inv.minimum_calls = 10_000;
-        let b = &mut o.order.resilience.retry_budget;
-        b.ratio = 1.0;
-        b.min_retries_per_window = 10_000;
+        unbudgeted(&mut o.order.resilience.retry_budget);
         o.order.outbox.initial_backoff_seconds = Seconds::new(60.0);
         o.order.outbox.max_backoff_seconds = Seconds::new(60.0);
     })
@@ -438,9 +434,7 @@ async fn first_product_retries_are_full_jitter() {
     const BASE: f64 = 0.025;
     let Some(f) = Fixture::start(|o| {
         o.order.resilience.product.minimum_calls = 10_000;
-        let b = &mut o.order.resilience.retry_budget;
-        b.ratio = 1.0;
-        b.min_retries_per_window = 10_000;
+        unbudgeted(&mut o.order.resilience.retry_budget);
     })
     .await
     else {
@@ -474,6 +468,12 @@ async fn first_product_retries_are_full_jitter() {
     stop.cancel();
     assert_full_jitter("first product retries", &gaps, BASE);
     f.cluster.stop().await;
+}
+
+/// A retry budget that never runs out (for tests of something else).
+fn unbudgeted(b: &mut RetryBudgetSettings) {
+    b.ratio = 1.0;
+    b.min_retries_per_window = 10_000;
 }
 
 /// Asserts that `gaps` (seconds, one per client) are full jitter on

@@ -81,11 +81,6 @@ impl RouteMetrics {
         }
     }
 
-    /// The route's name (its `route`/`target` label).
-    pub fn route(&self) -> &'static str {
-        self.route
-    }
-
     /// As [`request`], for this route.
     pub fn request(&self, status: StatusCode, outcome: &'static str, started: Instant) {
         let slot = usize::from(status.as_u16())

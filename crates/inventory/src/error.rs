@@ -67,12 +67,7 @@ impl From<sqlx::Error> for Error {
     /// failure, deadlock, SQLite busy, …) → [`Error::Unavailable`];
     /// anything else → [`Error::Internal`].
     fn from(e: sqlx::Error) -> Self {
-        let cancelled = e
-            .as_database_error()
-            .and_then(|d| d.code())
-            .is_some_and(|c| c == "57014");
-        if cancelled {
-            // query_canceled: our statement_timeout fired.
+        if shopeasy_runtime::db::is_statement_timeout(&e) {
             Self::DeadlineExceeded
         } else if shopeasy_runtime::db::is_transient(&e) {
             Self::Unavailable(e)

@@ -71,11 +71,8 @@ impl From<sqlx::Error> for Error {
     /// `statement_timeout` → 503 + `Retry-After` (a keyed client retry runs
     /// the whole request again); anything else → 500.
     fn from(e: sqlx::Error) -> Self {
-        let timed_out = e
-            .as_database_error()
-            .and_then(|d| d.code())
-            .is_some_and(|c| c == "57014");
-        if timed_out || shopeasy_runtime::db::is_transient(&e) {
+        if shopeasy_runtime::db::is_statement_timeout(&e) || shopeasy_runtime::db::is_transient(&e)
+        {
             Self::DatabaseUnavailable(e)
         } else {
             Self::Internal(e.into())

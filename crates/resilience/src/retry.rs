@@ -147,8 +147,8 @@ impl<Req: Clone, Res> RetryPolicy<Req, Res, tonic::Status> for GrpcUnavailablePo
 
 /// HTTP's policy (SPEC §5): retry connection failures, 502, 503, 504 and
 /// 429, honouring `Retry-After` (delta-seconds or an HTTP-date; a date in
-/// the past means "now", a malformed value counts as absent); never other 4xx, never after a timeout, an open circuit or a
-/// shed call.
+/// the past means "now", a malformed value counts as absent); never other
+/// 4xx, never after a timeout, an open circuit or a shed call.
 ///
 /// A connection failure is, by default, an [`std::io::Error`] of kind
 /// refused / reset / aborted / not connected / broken pipe anywhere in the

@@ -193,6 +193,14 @@ pub fn is_connection_error(e: &sqlx::Error) -> bool {
     )
 }
 
+/// True when Postgres cancelled the statement (`57014` query_canceled):
+/// our `statement_timeout` fired.
+pub fn is_statement_timeout(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|c| c == "57014")
+}
+
 /// True for errors worth trying again later, which callers map to 503 /
 /// UNAVAILABLE: the database could not be reached
 /// ([`is_connection_error`]) or answered "not now" — Postgres
