@@ -1,9 +1,13 @@
-//! What SPEC §1 says about each service, and the defaults its code has.
+//! What SPEC §1 says about each service (read from the runtime's
+//! `topology`), and the defaults its code has.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value as Json;
-use shopeasy_runtime::settings::{Settings, default_keys, env_name};
+use shopeasy_runtime::{
+    settings::{Settings, default_keys, env_name},
+    topology,
+};
 
 /// A service's settings defaults keyed by environment variable
 /// (`RESILIENCE__INVENTORY__TIMEOUT_SECONDS` → `3.0`).
@@ -46,43 +50,27 @@ impl ServiceSpec {
     }
 }
 
-/// The four services of SPEC §1, without defaults.
+/// The four services of SPEC §1, without defaults: the runtime's topology,
+/// so the deployment files are checked against the same ports and edges the
+/// settings defaults, the launcher and the end-to-end cluster use.
 pub fn services() -> Vec<ServiceSpec> {
-    let spec = |name, public_port, protocol, admin_port, calls| ServiceSpec {
-        name,
-        binary: match name {
-            "gateway" => "shopeasy-gateway",
-            "product" => "shopeasy-product",
-            "order" => "shopeasy-order",
-            _ => "shopeasy-inventory",
-        },
-        public_port,
-        protocol,
-        admin_port,
-        calls,
-        defaults: None,
-    };
-    vec![
-        spec("gateway", 8080, "http", 9080, &["product", "order"][..]),
-        spec("product", 8081, "http", 9081, &["postgres", "redis"][..]),
-        spec(
-            "order",
-            8082,
-            "http",
-            9082,
-            &["inventory", "product", "postgres", "redis"][..],
-        ),
-        spec("inventory", 50051, "grpc", 9083, &["postgres"][..]),
-    ]
+    topology::SERVICES
+        .iter()
+        .map(|node| ServiceSpec {
+            name: node.name,
+            binary: node.binary,
+            public_port: node.public_port,
+            protocol: node.protocol,
+            admin_port: node.admin_port,
+            calls: node.calls,
+            defaults: None,
+        })
+        .collect()
 }
 
 /// The port each backing store listens on.
 pub fn store_port(name: &str) -> Option<u16> {
-    match name {
-        "postgres" => Some(5432),
-        "redis" => Some(6379),
-        _ => None,
-    }
+    topology::store(name).map(|s| s.port)
 }
 
 /// Whether a variable wires the service into one deployment (addresses,

@@ -15,6 +15,20 @@ use crate::{
 /// Services other than the gateway that may publish ports: the viewers.
 pub const VIEWERS: &[&str] = &["jaeger", "prometheus", "grafana"];
 
+/// The compose service running the fault proxy. It may publish its API, on
+/// the host's loopback only: whoever reaches it can break the system.
+pub const FAULTS: &str = "faults";
+
+/// The service edges compose routes through a fault proxy: the proxy's name
+/// (as in the embedded mode, `caller-callee`), the caller, and the caller's
+/// variable that holds the callee's URL.
+pub const PROXIED_EDGES: [(&str, &str, &str); 4] = [
+    ("gateway-product", "gateway", "ROUTES__PRODUCT_URL"),
+    ("gateway-order", "gateway", "ROUTES__ORDER_URL"),
+    ("order-inventory", "order", "INVENTORY__URL"),
+    ("order-product", "order", "PRODUCT__URL"),
+];
+
 /// A parsed compose file, YAML anchors and merge keys (`<<`) resolved.
 #[derive(Debug, Clone)]
 pub struct Compose {
@@ -43,6 +57,8 @@ pub struct ComposeService {
     pub read_only: bool,
     /// `cap_drop`.
     pub cap_drop: Vec<String>,
+    /// `profiles`: empty = started by a plain `up`.
+    pub profiles: Vec<String>,
 }
 
 fn strings(value: &Json) -> Vec<String> {
@@ -134,6 +150,7 @@ impl ComposeService {
             user: s.get("user").map(scalar).unwrap_or_default(),
             read_only: s.get("read_only") == Some(&Json::Bool(true)),
             cap_drop: s.get("cap_drop").map(strings).unwrap_or_default(),
+            profiles: s.get("profiles").map(strings).unwrap_or_default(),
         }
     }
 }
@@ -211,7 +228,14 @@ pub fn check(compose: &Compose, specs: &[ServiceSpec]) -> Vec<Finding> {
     for (name, service) in &compose.services {
         let place = format!("docker-compose.yml: services.{name}");
         let ours = specs.iter().any(|s| s.name == name) || VIEWERS.contains(&name.as_str());
-        if !ours && !service.ports.is_empty() {
+        if name == FAULTS {
+            if let Some(open) = service.ports.iter().find(|p| !p.starts_with("127.0.0.1:")) {
+                out.push(Finding::new(
+                    &place,
+                    format!("publishes {open:?}: the fault API is published on 127.0.0.1 only"),
+                ));
+            }
+        } else if !ours && !service.ports.is_empty() {
             out.push(Finding::new(
                 &place,
                 format!(
@@ -221,14 +245,26 @@ pub fn check(compose: &Compose, specs: &[ServiceSpec]) -> Vec<Finding> {
             ));
         }
         for (dependency, condition) in &service.depends_on {
-            let healthy = compose
-                .services
-                .get(dependency)
-                .is_some_and(|d| d.healthcheck.is_some());
-            if condition == "service_healthy" && !healthy {
+            let Some(d) = compose.services.get(dependency) else {
+                out.push(Finding::new(
+                    &place,
+                    format!("depends on `{dependency}`, which is not a service"),
+                ));
+                continue;
+            };
+            if condition == "service_healthy" && d.healthcheck.is_none() {
                 out.push(Finding::new(
                     &place,
                     format!("waits for `{dependency}` to be healthy, but it has no healthcheck"),
+                ));
+            }
+            if !d.profiles.is_empty() && service.profiles.is_empty() {
+                out.push(Finding::new(
+                    &place,
+                    format!(
+                        "depends on `{dependency}`, which only starts with profile {:?}",
+                        d.profiles
+                    ),
                 ));
             }
         }
@@ -280,6 +316,7 @@ fn check_environment(
             continue;
         };
         match interpolation::own_default(var, value) {
+            None if crate::is_deployment_choice(var) => {}
             Some(given) if !same_value(default, given) => out.push(Finding::new(
                 place,
                 format!(
@@ -342,6 +379,87 @@ fn check_listeners(
             None => {}
         }
     }
+}
+
+/// One proxy of the fault proxy's config file (a Toxiproxy config).
+#[derive(Debug, Clone, serde::Deserialize)]
+struct ProxyEntry {
+    name: String,
+    listen: String,
+    upstream: String,
+}
+
+/// Checks that every edge of [`PROXIED_EDGES`] goes through the fault proxy:
+/// `proxies_json` (the `--config` of the `faults` service) has exactly one
+/// proxy per edge, named as in the embedded mode and forwarding to the
+/// callee's public port, and the caller's URL points at that proxy's port on
+/// `faults`, which it waits for.
+pub fn check_fault_proxies(
+    compose: &Compose,
+    proxies_json: &str,
+    specs: &[ServiceSpec],
+) -> Vec<Finding> {
+    let place = "deploy/faults/proxies.json";
+    let proxies: Vec<ProxyEntry> = match serde_json::from_str(proxies_json) {
+        Ok(p) => p,
+        Err(e) => return vec![Finding::new(place, format!("not a Toxiproxy config: {e}"))],
+    };
+    let mut out = Vec::new();
+    let names: Vec<&str> = proxies.iter().map(|p| p.name.as_str()).collect();
+    let expected: Vec<&str> = PROXIED_EDGES.iter().map(|(edge, ..)| *edge).collect();
+    if names != expected {
+        out.push(Finding::new(
+            place,
+            format!("proxies {names:?}, expected one per edge: {expected:?}"),
+        ));
+    }
+    if compose
+        .services
+        .get(FAULTS)
+        .is_none_or(|f| f.healthcheck.is_none())
+    {
+        out.push(Finding::new(
+            "docker-compose.yml",
+            format!("no `{FAULTS}` service with a healthcheck"),
+        ));
+    }
+    for (edge, caller, var) in PROXIED_EDGES {
+        let Some(proxy) = proxies.iter().find(|p| p.name == edge) else {
+            continue;
+        };
+        let callee = edge.rsplit('-').next().unwrap_or_default();
+        if let Some(spec) = specs.iter().find(|s| s.name == callee) {
+            let upstream = format!("{callee}:{}", spec.public_port);
+            if proxy.upstream != upstream {
+                out.push(Finding::new(
+                    place,
+                    format!("{edge} forwards to {}, expected {upstream}", proxy.upstream),
+                ));
+            }
+        }
+        let port = proxy.listen.rsplit(':').next().unwrap_or_default();
+        let want = format!("http://{FAULTS}:{port}");
+        let caller_place = format!("docker-compose.yml: services.{caller}");
+        let Some(service) = compose.services.get(caller) else {
+            continue;
+        };
+        let given = service.environment.get(var).map_or("", String::as_str);
+        if given != want {
+            out.push(Finding::new(
+                &caller_place,
+                format!("{var} = {given:?}: edge {edge} goes through its fault proxy, {want}"),
+            ));
+        }
+        if service.depends_on.get(FAULTS).map(String::as_str) != Some("service_healthy") {
+            out.push(Finding::new(
+                &caller_place,
+                format!("must start after `{FAULTS}` is healthy (its edges go through it)"),
+            ));
+        }
+    }
+    out.sort_by(|a, b| (&a.place, &a.message).cmp(&(&b.place, &b.message)));
+    out.dedup();
+    out
 }
 
 /// Checks that Prometheus scrapes every admin listener.

@@ -284,7 +284,7 @@ fn check_service(objects: &[Json], spec: &ServiceSpec, complete: bool, out: &mut
                 ));
                 continue;
             };
-            if is_wiring(var) {
+            if is_wiring(var) || crate::is_deployment_choice(var) {
                 continue;
             }
             match &given.value {

@@ -74,6 +74,17 @@ impl Error {
     }
 }
 
+/// Settings a deployment chooses for what it is rather than tunes, so any
+/// value may be written (as a literal): `DEMO_SEED`, on in compose and the
+/// demo overlay, off (the code's default) everywhere else. Wiring
+/// ([`catalogue::is_wiring`]) is the other such kind.
+pub const DEPLOYMENT_CHOICES: &[&str] = &["DEMO_SEED"];
+
+/// Whether `var` is one of the [`DEPLOYMENT_CHOICES`].
+pub fn is_deployment_choice(var: &str) -> bool {
+    DEPLOYMENT_CHOICES.contains(&var)
+}
+
 /// One disagreement between a deployment file and the code or the policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {

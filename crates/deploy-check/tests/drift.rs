@@ -112,6 +112,116 @@ fn postgres_init_script_copies_are_identical() {
     );
 }
 
+fn fault_proxy_findings(compose_text: &str, proxies: &str) -> Vec<Finding> {
+    let compose = Compose::parse(compose_text).expect("compose parses");
+    compose::check_fault_proxies(&compose, proxies, &specs())
+}
+
+#[test]
+fn every_compose_edge_goes_through_its_fault_proxy() {
+    assert_clean(
+        "deploy/faults/proxies.json",
+        &fault_proxy_findings(
+            &read("docker-compose.yml"),
+            &read("deploy/faults/proxies.json"),
+        ),
+    );
+}
+
+#[test]
+fn an_edge_that_bypasses_or_misnames_its_fault_proxy_is_caught() {
+    let compose = read("docker-compose.yml");
+    let proxies = read("deploy/faults/proxies.json");
+    let bypass = mutate(
+        &compose,
+        "INVENTORY__URL: http://faults:60051",
+        "INVENTORY__URL: http://inventory:50051",
+    );
+    assert_caught(
+        &fault_proxy_findings(&bypass, &proxies),
+        "services.order: INVENTORY__URL = \"http://inventory:50051\": edge order-inventory goes through its fault proxy, http://faults:60051",
+    );
+    let renamed = mutate(&proxies, "\"order-inventory\"", "\"order-stock\"");
+    assert_caught(
+        &fault_proxy_findings(&compose, &renamed),
+        "expected one per edge",
+    );
+    let elsewhere = mutate(&proxies, "\"product:8081\"", "\"order:8082\"");
+    assert_caught(
+        &fault_proxy_findings(&compose, &elsewhere),
+        "gateway-product forwards to order:8082, expected product:8081",
+    );
+    let unordered = mutate(&compose, "      faults: {condition: service_healthy}\n", "");
+    assert_caught(
+        &fault_proxy_findings(&unordered, &proxies),
+        "services.gateway: must start after `faults` is healthy",
+    );
+}
+
+#[test]
+fn the_demo_overlays_fault_proxy_is_composes_order_inventory_proxy() {
+    let proxies = |path: &str| -> Vec<serde_json::Value> {
+        serde_json::from_str(&read(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let compose = proxies("deploy/faults/proxies.json");
+    let overlay = proxies("k8s/overlays/demo/faults/proxies.json");
+    let edge = compose
+        .iter()
+        .find(|p| p["name"] == "order-inventory")
+        .expect("compose proxies order-inventory");
+    assert_eq!(overlay, vec![edge.clone()], "same name, ports and upstream");
+}
+
+#[test]
+fn a_fault_api_published_beyond_loopback_is_caught() {
+    let text = mutate(
+        &read("docker-compose.yml"),
+        "\"127.0.0.1:${FAULTS_API_PORT:-8474}:8474\"",
+        "\"${FAULTS_API_PORT:-8474}:8474\"",
+    );
+    assert_caught(
+        &compose_findings(&text),
+        "services.faults: publishes \"${FAULTS_API_PORT:-8474}:8474\": the fault API is published on 127.0.0.1 only",
+    );
+}
+
+#[test]
+fn nothing_in_a_plain_up_depends_on_an_opt_in_viewer() {
+    let text = mutate(
+        &read("docker-compose.yml"),
+        "      faults: {condition: service_healthy}\n      product: {condition: service_healthy}\n      order: {condition: service_healthy}\n",
+        "      faults: {condition: service_healthy}\n      product: {condition: service_healthy}\n      order: {condition: service_healthy}\n      jaeger: {condition: service_started}\n",
+    );
+    assert_caught(
+        &compose_findings(&text),
+        "services.gateway: depends on `jaeger`, which only starts with profile [\"viewers\"]",
+    );
+}
+
+#[test]
+fn the_demo_seed_is_on_in_compose_and_off_in_code() {
+    let compose = Compose::parse(&read("docker-compose.yml")).expect("compose");
+    for service in ["product", "inventory"] {
+        assert_eq!(
+            compose.services[service]
+                .environment
+                .get("DEMO_SEED")
+                .map(String::as_str),
+            Some("true"),
+            "{service} seeds the demo in compose"
+        );
+        let spec = specs()
+            .into_iter()
+            .find(|s| s.name == service)
+            .expect("spec");
+        assert_eq!(
+            spec.defaults.expect("defaults").get("DEMO_SEED"),
+            Some(&serde_json::json!(false)),
+            "{service}: off unless a deployment asks"
+        );
+    }
+}
+
 #[test]
 fn a_compose_default_that_differs_from_the_code_is_caught() {
     let text = mutate(
@@ -189,8 +299,8 @@ fn a_stray_or_misspelt_setting_in_compose_is_caught() {
     // A setting of another service is stray too: the gateway has no database.
     let text = mutate(
         &read("docker-compose.yml"),
-        "      ROUTES__ORDER_URL: http://order:8082\n",
-        "      ROUTES__ORDER_URL: http://order:8082\n      DATABASE_URL: sqlite:gateway.db\n",
+        "      ROUTES__ORDER_URL: http://faults:18082\n",
+        "      ROUTES__ORDER_URL: http://faults:18082\n      DATABASE_URL: sqlite:gateway.db\n",
     );
     assert_caught(
         &compose_findings(&text),

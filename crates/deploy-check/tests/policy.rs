@@ -68,7 +68,11 @@ fn rendered_demo_overlay_meets_the_policy_and_wires_every_service() {
     let Some(objects) = rendered(&root().join("k8s/overlays/demo")) else {
         return;
     };
-    assert_eq!(workloads(&objects), 6, "four services, Postgres and Redis");
+    assert_eq!(
+        workloads(&objects),
+        7,
+        "four services, Postgres, Redis and the fault proxy"
+    );
     let findings = policy::check(&objects);
     assert!(findings.is_empty(), "policy:\n{}", report(&findings));
     let findings = kube::check(&objects, &specs(), true);

@@ -1,5 +1,7 @@
 //! [`Client`]: what a customer does, with every answer kept whole
 //! ([`Answer`]) so tests can check status, headers, body and latency.
+//! (`/metrics` pages are read with `shopeasy_testkit::Metrics`, polls are
+//! `shopeasy_testkit::eventually`, as in every crate's tests.)
 
 use std::time::Duration;
 
@@ -98,6 +100,18 @@ impl Client {
 
     /// `POST path` with a JSON body and an optional `Idempotency-Key`.
     pub async fn post_json(&self, path: &str, body: &Value, key: Option<&str>) -> Answer {
+        self.post_json_with(path, body, key, &[]).await
+    }
+
+    /// `POST path` as [`Client::post_json`] does, with `headers` added
+    /// (a caller's `shopeasy-deadline-ms`, for example).
+    pub async fn post_json_with(
+        &self,
+        path: &str,
+        body: &Value,
+        key: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Answer {
         let mut request = self
             .http
             .post(format!("{}{path}", self.base))
@@ -105,6 +119,9 @@ impl Client {
             .body(body.to_string());
         if let Some(key) = key {
             request = request.header("idempotency-key", key);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         self.send(request).await
     }
@@ -149,43 +166,5 @@ impl Client {
                 error: Some(format!("body: {e:?}")),
             },
         }
-    }
-}
-
-/// The sum of a Prometheus counter's samples whose labels include all of
-/// `labels` (`name="value"` pairs), from `/metrics` text.
-pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-            if metric != name {
-                return None;
-            }
-            let all = labels
-                .iter()
-                .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")));
-            all.then(|| value.parse::<f64>().ok()).flatten()
-        })
-        .sum()
-}
-
-/// Polls `check` every 50 ms until it returns true or `within` passes;
-/// returns whether it did.
-pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if check().await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

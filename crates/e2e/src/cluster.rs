@@ -37,26 +37,22 @@ use shopeasy_proto::inventory::v1::{
     SetStockRequest, inventory_service_client::InventoryServiceClient,
 };
 use shopeasy_runtime::{
-    lifecycle::Service as _,
-    settings::{Seconds, Secret, SecretUrl, common::PoolSettings},
+    lifecycle::{self, Running},
+    settings::{ProcessSettings, Seconds, Secret, SecretUrl, common::PoolSettings},
+    topology::{self, Edge, Node},
 };
 use shopeasy_testkit::TestDatabase;
 use sqlx::PgPool;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
-/// Every edge the cluster puts a proxy on, named as FAULTS.md does.
-pub const EDGES: [&str; 9] = [
-    "gateway-order",
-    "gateway-product",
-    "order-inventory",
-    "order-product",
-    "order-postgres",
-    "inventory-postgres",
-    "product-postgres",
-    "order-redis",
-    "product-redis",
-];
+/// Every edge the cluster puts a proxy on, named as FAULTS.md does: the
+/// topology's service-to-service edges and every service-to-store edge.
+pub fn edges() -> Vec<String> {
+    topology::service_edges()
+        .into_iter()
+        .chain(topology::store_edges())
+        .map(|e| e.name())
+        .collect()
+}
 
 /// The admin token every service of a cluster accepts.
 pub const ADMIN_TOKEN: &str = "e2e-admin-token";
@@ -72,6 +68,28 @@ pub enum Service {
     Order,
     /// The inventory service.
     Inventory,
+}
+
+impl Service {
+    /// The four services.
+    pub const ALL: [Self; 4] = [Self::Gateway, Self::Product, Self::Order, Self::Inventory];
+
+    /// Every service, in the topology's wiring order.
+    pub fn wiring_order() -> impl Iterator<Item = Self> {
+        topology::WIRING_ORDER
+            .into_iter()
+            .filter_map(|node| Self::ALL.into_iter().find(|s| s.node() == node))
+    }
+
+    /// Its node in the topology.
+    pub fn node(self) -> &'static Node {
+        match self {
+            Self::Gateway => &topology::GATEWAY,
+            Self::Product => &topology::PRODUCT,
+            Self::Order => &topology::ORDER,
+            Self::Inventory => &topology::INVENTORY,
+        }
+    }
 }
 
 /// How to start a cluster: each service's settings (listen addresses,
@@ -113,10 +131,8 @@ impl Options {
         g.activity_timeout_seconds = Seconds::new(1.0);
         g.connect_timeout_seconds = Seconds::new(0.5);
 
-        let mut order = OrderSettings {
-            database: short_pool(),
-            ..OrderSettings::default()
-        };
+        let mut order = OrderSettings::default();
+        order.storage.database = short_pool();
         for edge in [
             &mut order.resilience.inventory,
             &mut order.resilience.product,
@@ -131,15 +147,13 @@ impl Options {
         order.outbox.lease_seconds = Seconds::new(3.0);
         order.idempotency.lock_seconds = Seconds::new(3.0);
 
-        let product = ProductSettings {
-            database: short_pool(),
-            ..ProductSettings::default()
-        };
-        let inventory = InventorySettings {
-            database: short_pool(),
+        let mut product = ProductSettings::default();
+        product.storage.database = short_pool();
+        let mut inventory = InventorySettings {
             request_timeout_seconds: Seconds::new(2.0),
             ..InventorySettings::default()
         };
+        inventory.storage.database = short_pool();
 
         Self {
             seed,
@@ -152,40 +166,62 @@ impl Options {
     }
 }
 
-/// Where a running cluster listens.
-#[derive(Debug, Clone, Copy)]
-pub struct Addresses {
-    /// The gateway: the address clients use.
-    pub gateway: SocketAddr,
-    /// The gateway's admin listener.
-    pub gateway_admin: SocketAddr,
-    /// The product service (direct, no proxy).
-    pub product: SocketAddr,
-    /// The product service's admin listener.
-    pub product_admin: SocketAddr,
-    /// The order service (direct, no proxy).
-    pub order: SocketAddr,
-    /// The order service's admin listener.
-    pub order_admin: SocketAddr,
-    /// The inventory service (gRPC, direct).
-    pub inventory: SocketAddr,
-    /// The inventory service's admin listener.
-    pub inventory_admin: SocketAddr,
+impl Options {
+    /// The listeners, logging and trace export of `service`.
+    fn process_mut(&mut self, service: Service) -> &mut ProcessSettings {
+        match service {
+            Service::Gateway => &mut self.gateway.process,
+            Service::Product => &mut self.product.process,
+            Service::Order => &mut self.order.process,
+            Service::Inventory => &mut self.inventory.process,
+        }
+    }
+
+    /// Points `service` at its upstreams (`urls` by service name: the
+    /// proxies on its edges).
+    fn route(&mut self, service: Service, urls: &HashMap<&str, String>) {
+        let url = |node: &Node| urls.get(node.name).cloned().unwrap_or_default();
+        match service {
+            Service::Order => {
+                self.order.inventory.url = url(&topology::INVENTORY);
+                self.order.product.url = url(&topology::PRODUCT);
+            }
+            Service::Gateway => {
+                self.gateway.routes.order_url = url(&topology::ORDER);
+                self.gateway.routes.product_url = url(&topology::PRODUCT);
+            }
+            Service::Product | Service::Inventory => {}
+        }
+    }
+
+    /// Starts `service` with its settings here.
+    async fn spawn(&self, service: Service) -> anyhow::Result<Running> {
+        let running = match service {
+            Service::Gateway => {
+                lifecycle::spawn::<shopeasy_gateway::App>(self.gateway.clone()).await
+            }
+            Service::Product => {
+                lifecycle::spawn::<shopeasy_product::App>(self.product.clone()).await
+            }
+            Service::Order => lifecycle::spawn::<shopeasy_order::App>(self.order.clone()).await,
+            Service::Inventory => {
+                lifecycle::spawn::<shopeasy_inventory::App>(self.inventory.clone()).await
+            }
+        };
+        running.with_context(|| format!("starting {}", service.node().name))
+    }
 }
 
-/// A service's tasks: stop them gracefully or abort them.
-#[derive(Debug)]
-struct Running {
-    stop: CancellationToken,
-    task: JoinHandle<anyhow::Result<()>>,
-}
+/// Where a running cluster listens: the topology's one address type, the
+/// same the embedded launcher reports.
+pub use shopeasy_runtime::topology::Addresses;
 
 /// The four services, their databases and proxies.
 #[derive(Debug)]
 pub struct Cluster {
     /// Where everything listens.
     pub addresses: Addresses,
-    /// The proxies, by edge name ([`EDGES`]).
+    /// The proxies, by edge name ([`edges`]).
     pub proxies: Proxies,
     /// The settings each service was started with (after the harness's
     /// overrides), used again by [`Cluster::respawn`].
@@ -223,81 +259,93 @@ impl Cluster {
             None
         };
         let proxies = Proxies::with_seed(options.seed);
-        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
 
         // Storage edges first.
         let pg = host_port(order_db.url())?;
-        let order_pg = edge(&proxies, "order-postgres", &pg).await?;
-        let inventory_pg = edge(&proxies, "inventory-postgres", &pg).await?;
-        let product_pg = edge(&proxies, "product-postgres", &pg).await?;
         let redis_target = redis.clone().unwrap_or_else(|| "127.0.0.1:6379".to_owned());
-        let order_redis = edge(&proxies, "order-redis", &redis_target).await?;
-        let product_redis = edge(&proxies, "product-redis", &redis_target).await?;
+        let mut stores = HashMap::new();
+        for store_edge in topology::store_edges() {
+            let target = if store_edge.to == "redis" {
+                &redis_target
+            } else {
+                &pg
+            };
+            let name = store_edge.name();
+            stores.insert(name.clone(), edge(&proxies, &name, target).await?);
+        }
+        let store = |name: &str| {
+            stores
+                .get(name)
+                .with_context(|| format!("no store edge {name}"))
+        };
 
         let o = &mut options;
-        o.inventory.listen_addr = loopback;
-        o.inventory.admin_addr = loopback;
-        o.inventory.database_url = via(inventory_db.url(), &inventory_pg)?;
+        for service in Service::ALL {
+            o.process_mut(service).ephemeral();
+        }
+        o.inventory.storage.database_url = via(inventory_db.url(), store("inventory-postgres")?)?;
         o.inventory.admin_token = Secret::new(ADMIN_TOKEN);
-        o.product.listen_addr = loopback;
-        o.product.admin_addr = loopback;
-        o.product.database_url = via(product_db.url(), &product_pg)?;
+        o.product.storage.database_url = via(product_db.url(), store("product-postgres")?)?;
         o.product.admin_token = Secret::new(ADMIN_TOKEN);
         o.product.cache.key_prefix = shopeasy_testkit::key_prefix();
-        o.order.listen_addr = loopback;
-        o.order.admin_addr = loopback;
-        o.order.database_url = via(order_db.url(), &order_pg)?;
+        o.order.storage.database_url = via(order_db.url(), store("order-postgres")?)?;
         o.order.admin_token = Secret::new(ADMIN_TOKEN);
         o.order.resilience.stock_cache.key_prefix = shopeasy_testkit::key_prefix();
-        o.gateway.listen_addr = loopback;
-        o.gateway.admin_addr = loopback;
-        if redis.is_some() {
-            o.product.redis_url =
-                SecretUrl::new(format!("redis://{}", product_redis.listen_addr()));
-            o.order.redis_url = SecretUrl::new(format!("redis://{}", order_redis.listen_addr()));
-        } else {
-            o.product.redis_url = SecretUrl::default();
-            o.order.redis_url = SecretUrl::default();
-        }
+        let redis_via = |name: &str| -> anyhow::Result<SecretUrl> {
+            Ok(match redis {
+                Some(_) => SecretUrl::new(format!("redis://{}", store(name)?.listen_addr())),
+                None => SecretUrl::default(),
+            })
+        };
+        o.product.redis.redis_url = redis_via("product-redis")?;
+        o.order.redis.redis_url = redis_via("order-redis")?;
 
-        let running = Mutex::new(HashMap::new());
-        let (inventory, inventory_admin) =
-            start_service(&running, Service::Inventory, &options).await?;
-        let (product, product_admin) = start_service(&running, Service::Product, &options).await?;
-        let order_inventory = edge(&proxies, "order-inventory", &inventory.to_string()).await?;
-        let order_product = edge(&proxies, "order-product", &product.to_string()).await?;
-        options.order.inventory.url = format!("http://{}", order_inventory.listen_addr());
-        options.order.product.url = format!("http://{}", order_product.listen_addr());
-        let (order, order_admin) = start_service(&running, Service::Order, &options).await?;
-        let gateway_order = edge(&proxies, "gateway-order", &order.to_string()).await?;
-        let gateway_product = edge(&proxies, "gateway-product", &product.to_string()).await?;
-        options.gateway.routes.order_url = format!("http://{}", gateway_order.listen_addr());
-        options.gateway.routes.product_url = format!("http://{}", gateway_product.listen_addr());
-        let (gateway, gateway_admin) = start_service(&running, Service::Gateway, &options).await?;
+        // Then each service in the topology's wiring order, a proxy on each
+        // of its edges to the services it calls.
+        let mut running = HashMap::new();
+        for service in Service::wiring_order() {
+            let mut urls = HashMap::new();
+            for upstream in service.node().upstreams() {
+                let target: &Running = Service::ALL
+                    .iter()
+                    .find(|s| s.node() == upstream)
+                    .and_then(|s| running.get(s))
+                    .with_context(|| {
+                        format!("{} starts after {}", service.node().name, upstream.name)
+                    })?;
+                let name = Edge {
+                    from: service.node(),
+                    to: upstream.name,
+                }
+                .name();
+                let proxy = edge(&proxies, &name, &target.local_addr().to_string()).await?;
+                urls.insert(upstream.name, format!("http://{}", proxy.listen_addr()));
+            }
+            options.route(service, &urls);
+            running.insert(service, options.spawn(service).await?);
+        }
+        let addresses = Addresses::try_collect(|node| {
+            running
+                .iter()
+                .find(|(service, _)| service.node() == node)
+                .map(|(_, r)| (r.local_addr(), r.admin_addr()))
+                .with_context(|| format!("{} has not started", node.name))
+        })?;
 
         let cluster = Self {
-            addresses: Addresses {
-                gateway,
-                gateway_admin,
-                product,
-                product_admin,
-                order,
-                order_admin,
-                inventory,
-                inventory_admin,
-            },
+            addresses,
             proxies,
             order_db: direct(order_db.url()).await?,
             inventory_db: direct(inventory_db.url()).await?,
             product_db: direct(product_db.url()).await?,
             options,
-            running,
+            running: Mutex::new(running),
             _databases: Arc::new([order_db, inventory_db, product_db]),
         };
         Ok(Some(cluster))
     }
 
-    /// The proxy on `edge` (one of [`EDGES`]).
+    /// The proxy on `edge` (one of [`edges`]).
     ///
     /// # Panics
     /// When there is no such edge (a typo in a test).
@@ -435,9 +483,7 @@ impl Cluster {
             .ok()
             .and_then(|mut r| r.remove(&service));
         if let Some(running) = running {
-            running.stop.cancel();
-            running.task.abort();
-            let _ = running.task.await;
+            running.abort().await;
         }
     }
 
@@ -449,25 +495,19 @@ impl Cluster {
     pub async fn respawn(&self, service: Service) -> anyhow::Result<()> {
         let mut options = self.options.clone();
         let a = &self.addresses;
-        match service {
-            Service::Gateway => {
-                options.gateway.listen_addr = a.gateway;
-                options.gateway.admin_addr = a.gateway_admin;
-            }
-            Service::Product => {
-                options.product.listen_addr = a.product;
-                options.product.admin_addr = a.product_admin;
-            }
-            Service::Order => {
-                options.order.listen_addr = a.order;
-                options.order.admin_addr = a.order_admin;
-            }
-            Service::Inventory => {
-                options.inventory.listen_addr = a.inventory;
-                options.inventory.admin_addr = a.inventory_admin;
-            }
+        let (listen, admin) = match service {
+            Service::Gateway => (a.gateway, a.gateway_admin),
+            Service::Product => (a.product, a.product_admin),
+            Service::Order => (a.order, a.order_admin),
+            Service::Inventory => (a.inventory, a.inventory_admin),
+        };
+        let process = options.process_mut(service);
+        process.listen_addr = listen;
+        process.admin_addr = admin;
+        let running = options.spawn(service).await?;
+        if let Ok(mut all) = self.running.lock() {
+            all.insert(service, running);
         }
-        start_service(&self.running, service, &options).await?;
         Ok(())
     }
 
@@ -478,54 +518,22 @@ impl Cluster {
             .lock()
             .map(|mut r| r.drain().map(|(_, v)| v).collect())
             .unwrap_or_default();
-        for running in &all {
-            running.stop.cancel();
-        }
+        // All stop at once; each gets the same bound.
+        let mut stopping = tokio::task::JoinSet::new();
         for running in all {
-            if tokio::time::timeout(Duration::from_secs(5), running.task)
-                .await
-                .is_err()
-            {
-                tracing::warn!("a service did not stop within 5 s");
-            }
+            stopping.spawn(async move {
+                let name = running.name();
+                if tokio::time::timeout(Duration::from_secs(5), running.stop())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!("{name} did not stop within 5 s");
+                }
+            });
         }
+        while stopping.join_next().await.is_some() {}
         self.proxies.shutdown().await;
     }
-}
-
-/// Builds and spawns one service; returns its public and admin addresses.
-async fn start_service(
-    running: &Mutex<HashMap<Service, Running>>,
-    service: Service,
-    options: &Options,
-) -> anyhow::Result<(SocketAddr, SocketAddr)> {
-    let stop = CancellationToken::new();
-    let (addrs, task) = match service {
-        Service::Gateway => {
-            let app = shopeasy_gateway::App::build(options.gateway.clone()).await?;
-            let addrs = (app.local_addr(), app.admin_addr());
-            (addrs, tokio::spawn(app.run_until_stopped(stop.clone())))
-        }
-        Service::Product => {
-            let app = shopeasy_product::App::build(options.product.clone()).await?;
-            let addrs = (app.local_addr()?, app.admin_addr()?);
-            (addrs, tokio::spawn(app.run_until_stopped(stop.clone())))
-        }
-        Service::Order => {
-            let app = shopeasy_order::App::build(options.order.clone()).await?;
-            let addrs = (app.local_addr()?, app.admin_addr()?);
-            (addrs, tokio::spawn(app.run_until_stopped(stop.clone())))
-        }
-        Service::Inventory => {
-            let app = shopeasy_inventory::App::build(options.inventory.clone()).await?;
-            let addrs = (app.local_addr(), app.admin_addr());
-            (addrs, tokio::spawn(app.run_until_stopped(stop.clone())))
-        }
-    };
-    if let Ok(mut running) = running.lock() {
-        running.insert(service, Running { stop, task });
-    }
-    Ok(addrs)
 }
 
 /// A small pool straight to a test database (no proxy).
@@ -568,4 +576,31 @@ fn via(url: &str, proxy: &FaultProxy) -> anyhow::Result<SecretUrl> {
         .set_port(Some(addr.port()))
         .map_err(|()| anyhow::anyhow!("cannot set the port"))?;
     Ok(SecretUrl::new(parsed.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cluster_wires_the_topology() {
+        let order: Vec<&str> = Service::wiring_order().map(|s| s.node().name).collect();
+        let want: Vec<&str> = topology::WIRING_ORDER.iter().map(|n| n.name).collect();
+        assert_eq!(order, want);
+        let edges = edges();
+        for edge in [
+            "gateway-order",
+            "gateway-product",
+            "order-inventory",
+            "order-product",
+            "order-postgres",
+            "inventory-postgres",
+            "product-postgres",
+            "order-redis",
+            "product-redis",
+        ] {
+            assert!(edges.iter().any(|e| e == edge), "{edge} in {edges:?}");
+        }
+        assert_eq!(edges.len(), 9);
+    }
 }

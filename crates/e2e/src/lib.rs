@@ -12,8 +12,8 @@
 //!   (a fresh Postgres database each, Redis by key prefix) with a fault
 //!   proxy on every edge, storage edges included; kill and respawn a
 //!   service; read the databases.
-//! - [`client`]: a customer's HTTP client keeping each [`Answer`] whole,
-//!   a `/metrics` reader and a bounded poll ([`client::eventually`]).
+//! - [`client`]: a customer's HTTP client keeping each [`Answer`] whole
+//!   (`/metrics` pages and bounded polls come from `shopeasy-testkit`).
 //! - [`history`]: the recorded requests of a run and their FAULTS.md class.
 //! - [`invariants`]: the C1–C9 checker over the databases and the history.
 //! - [`chaos`]: the seeded fault schedule and the concurrent customers.
@@ -36,4 +36,4 @@ pub mod resp;
 pub mod stub;
 
 pub use client::{Answer, Client};
-pub use cluster::{Cluster, EDGES, Options, Service};
+pub use cluster::{Cluster, Options, Service, edges};

@@ -1,8 +1,11 @@
 //! The accept loop every wire stub ([`stub`](crate::stub),
-//! [`pgwire`](crate::pgwire), [`resp`](crate::resp)) shares, and reading
-//! an HTTP/1 request head off a raw socket.
+//! [`pgwire`](crate::pgwire), [`resp`](crate::resp)) shares, the [`Log`]
+//! of what a stub saw, and reading an HTTP/1 request head off a raw socket.
 
-use std::future::Future;
+use std::{
+    future::Future,
+    sync::{Mutex, PoisonError},
+};
 
 use tokio::{
     io::AsyncReadExt,
@@ -53,4 +56,38 @@ pub async fn read_head(socket: &mut TcpStream) -> bool {
         }
     }
     true
+}
+
+/// What a stub saw (statements, commands), in arrival order: written by
+/// its connection tasks, read by the test. A connection task that
+/// panicked does not hide what the others recorded.
+#[derive(Debug, Default)]
+pub struct Log<T>(Mutex<Vec<T>>);
+
+impl<T: Clone> Log<T> {
+    /// Records one more entry.
+    pub fn push(&self, entry: T) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(entry);
+    }
+
+    /// Every entry so far, in order.
+    pub fn all(&self) -> Vec<T> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// How many entries so far satisfy `which`.
+    pub fn count(&self, which: impl Fn(&T) -> bool) -> usize {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|e| which(e))
+            .count()
+    }
 }

@@ -38,7 +38,7 @@
 use std::{
     net::SocketAddr,
     sync::{
-        Arc, Mutex, PoisonError,
+        Arc,
         atomic::{AtomicU64, Ordering},
     },
 };
@@ -49,7 +49,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::listen::accept_until;
+use crate::listen::{Log, accept_until};
 
 /// Protocol 3.0, the `StartupMessage` code.
 const PROTOCOL_3: u32 = 196_608;
@@ -84,7 +84,7 @@ struct Seen {
     startups: AtomicU64,
     transactions: AtomicU64,
     errors: AtomicU64,
-    statements: Mutex<Vec<String>>,
+    statements: Log<String>,
 }
 
 /// A Postgres wire-protocol stub on 127.0.0.1:0, stopped on drop.
@@ -175,22 +175,12 @@ impl PgStub {
 
     /// Every statement seen so far, in order (trimmed SQL text).
     pub fn statements(&self) -> Vec<String> {
-        self.seen
-            .statements
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.seen.statements.all()
     }
 
     /// How many statements seen so far contain `needle` (case-sensitive).
     pub fn statements_containing(&self, needle: &str) -> usize {
-        self.seen
-            .statements
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .filter(|s| s.contains(needle))
-            .count()
+        self.seen.statements.count(|s| s.contains(needle))
     }
 }
 
@@ -404,11 +394,7 @@ impl Session {
     }
 
     fn record(&self, sql: &str) {
-        self.seen
-            .statements
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(sql.to_owned());
+        self.seen.statements.push(sql.to_owned());
     }
 
     /// An `ErrorResponse` with `severity` and the configured code.

@@ -22,21 +22,15 @@
 //! `CLIENT SETINFO`, …), so a test can tell the handshake from the calls a
 //! request made.
 
-use std::{
-    net::SocketAddr,
-    sync::{
-        Arc, Mutex, PoisonError,
-        atomic::{AtomicU64, Ordering},
-    },
-};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
-};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::listen::accept_until;
+use crate::listen::{Log, accept_until};
 
 /// Commands answered with success: the connection handshake.
 const HANDSHAKE: [&str; 5] = ["HELLO", "AUTH", "SELECT", "CLIENT", "QUIT"];
@@ -47,7 +41,7 @@ const MAX_REQUEST: usize = 16 << 20;
 #[derive(Debug, Default)]
 struct Seen {
     connections: AtomicU64,
-    commands: Mutex<Vec<String>>,
+    commands: Log<String>,
 }
 
 /// A RESP stub on 127.0.0.1:0 answering every non-handshake command with
@@ -98,23 +92,13 @@ impl RespStub {
     /// Every command seen so far, in order: its name in upper case, with
     /// the subcommand for `CLIENT` (`CLIENT SETINFO`).
     pub fn commands(&self) -> Vec<String> {
-        self.seen
-            .commands
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.seen.commands.all()
     }
 
     /// Commands seen so far that were answered with the error (everything
     /// but the handshake): the calls the clients actually made.
     pub fn refused(&self) -> usize {
-        self.seen
-            .commands
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .filter(|c| !is_handshake(c))
-            .count()
+        self.seen.commands.count(|c| !is_handshake(c))
     }
 }
 
@@ -152,10 +136,7 @@ async fn serve(mut socket: TcpStream, seen: &Seen, refusal: &[u8]) -> std::io::R
                 }
                 _ => name.clone(),
             };
-            seen.commands
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(command);
+            seen.commands.push(command);
             match name.as_str() {
                 "HELLO" => {
                     let resp3 = args.get(1).is_some_and(|v| v.as_slice() == b"3");

@@ -20,8 +20,7 @@ mod support;
 use std::time::Duration;
 
 use shopeasy_e2e::Client;
-use shopeasy_faults::{Stream, Toxic, ToxicKind};
-use support::{Fixture, key, order_body};
+use support::{Fixture, key, order_body, toxics::hang};
 use tokio::time::Instant;
 
 /// p95 of `n` sequential GETs of each path.
@@ -56,15 +55,8 @@ async fn a_hung_inventory_does_not_slow_product_or_order_reads() {
     else {
         return;
     };
-    let product = f
-        .cluster
-        .seed_product("BULKHEAD", 500, 10_000)
-        .await
-        .unwrap();
-    let id = product.id.to_string();
-    let placed = f.order(&id, 1, Some(&key())).await;
-    assert_eq!(placed.status, Some(201), "{}", placed.describe());
-    let order_id = placed.json()["id"].as_str().unwrap().to_owned();
+    let id = f.seed("BULKHEAD", 10_000).await;
+    let order_id = support::order_id(&f.placed(&id, 1).await);
     let paths = vec![
         format!("/api/products/{id}"),
         format!("/api/orders/{order_id}"),
@@ -89,14 +81,7 @@ async fn a_hung_inventory_does_not_slow_product_or_order_reads() {
     }
     p95s(&reader, &paths, 20).await;
     let before = p95s(&reader, &paths, 200).await;
-    f.cluster
-        .proxy("order-inventory")
-        .await
-        .add_toxic(Toxic::new(
-            ToxicKind::Timeout { timeout: 0 },
-            Stream::Downstream,
-        ))
-        .unwrap();
+    f.add_toxic("order-inventory", hang()).await;
     p95s(&reader, &paths, 20).await;
     let during = p95s(&reader, &paths, 200).await;
     let refused = f

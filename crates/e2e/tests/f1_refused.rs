@@ -6,8 +6,17 @@ mod support;
 
 use std::time::Duration;
 
-use shopeasy_e2e::{Service, client::eventually};
-use support::{Fixture, assert_problem, key};
+use shopeasy_e2e::Service;
+use support::{
+    Fixture, REDIS_EDGES, assert_bad_gateway_within, assert_fails_fast, assert_problem,
+    assert_problem_within, assert_redis_fault_degrades, key,
+};
+
+/// `shopeasy_gateway_retries_total{outcome="retried"}`.
+async fn gateway_retries(f: &Fixture) -> f64 {
+    f.counter("shopeasy_gateway_retries_total", &[("outcome", "retried")])
+        .await
+}
 
 /// gateway → order, GET: A(3) with jitter from the budget, then 502 in
 /// < 1 s, problem+json with `Proxy-Status`. No breaker at the gateway: the
@@ -17,38 +26,17 @@ async fn f1_gateway_order_get_is_retried_twice_then_502() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    f.cluster
-        .proxy("gateway-order")
-        .await
-        .set_enabled(false)
-        .await;
+    f.refuse(&["gateway-order"]).await;
     for _ in 0..2 {
         let before = f.gateway_attempts("order").await;
-        let retried = f
-            .counter("shopeasy_gateway_retries_total", &[("outcome", "retried")])
-            .await;
+        let retried = gateway_retries(&f).await;
         let answer = f
             .gateway
             .get(&format!("/api/orders/{}", uuid::Uuid::new_v4()))
             .await;
-        assert_problem(&answer, 502, false);
-        assert!(
-            answer.elapsed < Duration::from_secs(1),
-            "L(<1 s): {}",
-            answer.describe()
-        );
-        assert!(
-            answer.header("proxy-status").is_some(),
-            "{:?}",
-            answer.headers
-        );
+        assert_bad_gateway_within(&answer, Duration::from_secs(1));
         assert_eq!(f.gateway_attempts("order").await - before, 3.0, "A(3)");
-        assert_eq!(
-            f.counter("shopeasy_gateway_retries_total", &[("outcome", "retried")])
-                .await
-                - retried,
-            2.0
-        );
+        assert_eq!(gateway_retries(&f).await - retried, 2.0);
     }
     f.cluster.stop().await;
 }
@@ -61,13 +49,8 @@ async fn f1_gateway_order_post_is_repeated_only_with_a_key() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F1-POST", 500, 10).await.unwrap();
-    let id = product.id.to_string();
-    f.cluster
-        .proxy("gateway-order")
-        .await
-        .set_enabled(false)
-        .await;
+    let id = f.seed("F1-POST", 10).await;
+    f.refuse(&["gateway-order"]).await;
 
     let before = f.gateway_attempts("order").await;
     let plain = f.order(&id, 1, None).await;
@@ -81,12 +64,7 @@ async fn f1_gateway_order_post_is_repeated_only_with_a_key() {
     let k = key();
     let before = f.gateway_attempts("order").await;
     let keyed = f.order(&id, 1, Some(&k)).await;
-    assert_problem(&keyed, 502, false);
-    assert!(
-        keyed.elapsed < Duration::from_secs(1),
-        "{}",
-        keyed.describe()
-    );
+    assert_problem_within(&keyed, 502, false, Duration::from_secs(1));
     assert_eq!(
         f.gateway_attempts("order").await - before,
         3.0,
@@ -111,19 +89,10 @@ async fn f1_gateway_product_get_is_retried_twice_then_502() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    f.cluster
-        .proxy("gateway-product")
-        .await
-        .set_enabled(false)
-        .await;
+    f.refuse(&["gateway-product"]).await;
     let before = f.gateway_attempts("product").await;
     let answer = f.gateway.get("/api/products").await;
-    assert_problem(&answer, 502, false);
-    assert!(
-        answer.elapsed < Duration::from_secs(1),
-        "{}",
-        answer.describe()
-    );
+    assert_problem_within(&answer, 502, false, Duration::from_secs(1));
     // The order service's product client shares the label; nothing else
     // calls product here.
     assert_eq!(f.gateway_attempts("product").await - before, 3.0, "A(3)");
@@ -141,21 +110,10 @@ async fn f1_order_inventory_refused_goes_pending_opens_the_breaker_and_recovers(
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let cached = f
-        .cluster
-        .seed_product("F1-INV-CACHED", 500, 10)
-        .await
-        .unwrap();
-    let uncached = f.cluster.seed_product("F1-INV-NEW", 500, 10).await.unwrap();
-    let (cached, uncached) = (cached.id.to_string(), uncached.id.to_string());
-    let warm = f.order(&cached, 1, Some(&key())).await;
-    assert_eq!(warm.status, Some(201), "{}", warm.describe());
+    let cached = f.seed_cached("F1-INV-CACHED", 10).await;
+    let uncached = f.seed("F1-INV-NEW", 10).await;
 
-    f.cluster
-        .proxy("order-inventory")
-        .await
-        .set_enabled(false)
-        .await;
+    f.refuse(&["order-inventory"]).await;
     let retries = f.inventory_retries().await;
     let pending = f.order(&cached, 2, Some(&key())).await;
     assert_eq!(
@@ -165,7 +123,7 @@ async fn f1_order_inventory_refused_goes_pending_opens_the_breaker_and_recovers(
         pending.describe()
     );
     assert!(pending.header("location").is_some());
-    let pending_id = pending.json()["id"].as_str().unwrap().to_owned();
+    let pending_id = support::order_id(&pending);
     assert!(
         f.inventory_retries().await - retries >= 2.0,
         "A(3) while closed"
@@ -192,24 +150,12 @@ async fn f1_order_inventory_refused_goes_pending_opens_the_breaker_and_recovers(
     );
     let fast = f.order(&uncached, 1, Some(&key())).await;
     assert_problem(&fast, 503, true);
-    assert!(
-        fast.elapsed < Duration::from_millis(250),
-        "fails fast: {}",
-        fast.describe()
-    );
+    assert_fails_fast(&fast, Duration::from_millis(250));
 
     f.cluster.heal().await;
     // R(break + trial): the worker's trial closes the breaker and
     // confirms the pending order.
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            f.order_status(&pending_id).await.as_deref() == Some("confirmed")
-        })
-        .await,
-        "C8: pending → confirmed, breaker {}",
-        f.breaker("inventory").await
-    );
-    assert_eq!(f.reserved_for(&pending_id).await, 2, "C7: reserved once");
+    f.assert_confirmed_and_reserved_once(&pending_id, 2).await;
     assert!(
         f.orders_recover(&uncached, None, Duration::from_secs(5))
             .await,
@@ -225,38 +171,17 @@ async fn f1_order_product_refused_is_503_without_an_order() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F1-PRODUCT", 500, 10).await.unwrap();
-    f.cluster
-        .proxy("order-product")
-        .await
-        .set_enabled(false)
-        .await;
-    let retried = f
-        .counter(
-            "shopeasy_downstream_retries_total",
-            &[("target", "product"), ("outcome", "retried")],
-        )
-        .await;
-    let answer = f.order(&product.id.to_string(), 1, Some(&key())).await;
+    let id = f.seed("F1-PRODUCT", 10).await;
+    f.refuse(&["order-product"]).await;
+    let (answer, retries) = f.order_counting_product_retries(&id).await;
     assert_problem(&answer, 503, true);
-    let retries = f
-        .counter(
-            "shopeasy_downstream_retries_total",
-            &[("target", "product"), ("outcome", "retried")],
-        )
-        .await
-        - retried;
     assert!(
         (1.0..=2.0).contains(&retries),
         "A ≤ 3 with retries: {retries}"
     );
     assert_eq!(f.order_count().await, 0, "C3");
-    f.cluster.heal().await;
-    assert!(
-        f.orders_recover(&product.id.to_string(), None, Duration::from_secs(5))
-            .await,
-        "R"
-    );
+    f.heal_and_assert_orders_recover(&id, Duration::from_secs(5))
+        .await;
     f.cluster.stop().await;
 }
 
@@ -268,27 +193,14 @@ async fn f1_order_postgres_refused_is_503_and_not_ready() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F1-PG", 500, 10).await.unwrap();
-    let id = product.id.to_string();
-    f.cluster
-        .proxy("order-postgres")
-        .await
-        .set_enabled(false)
-        .await;
-    let admin = f.cluster.admin_url(Service::Order);
-    let ready = reqwest::get(format!("{admin}/health/ready")).await.unwrap();
-    assert_eq!(ready.status().as_u16(), 503);
-    let live = reqwest::get(format!("{admin}/health/live")).await.unwrap();
-    assert_eq!(live.status().as_u16(), 200);
+    let id = f.seed("F1-PG", 10).await;
+    f.refuse(&["order-postgres"]).await;
+    assert_eq!(f.health(Service::Order, "ready").await, 503, "not ready");
+    assert_eq!(f.health(Service::Order, "live").await, 200, "still live");
     let k = key();
     let answer = f.order(&id, 1, Some(&k)).await;
-    assert_problem(&answer, 503, true);
     // L(acquire timeout 0.5 s + 100 ms), with slack for a loaded machine.
-    assert!(
-        answer.elapsed < Duration::from_millis(900),
-        "L: {}",
-        answer.describe()
-    );
+    assert_problem_within(&answer, 503, true, Duration::from_millis(900));
     assert_eq!(f.order_count().await, 0, "no partial rows");
     f.cluster.heal().await;
     assert!(
@@ -307,33 +219,8 @@ async fn f1_redis_refused_degrades_to_postgres_and_in_process() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F1-REDIS", 500, 10).await.unwrap();
-    let id = product.id.to_string();
-    f.cluster
-        .proxy("product-redis")
-        .await
-        .set_enabled(false)
-        .await;
-    f.cluster
-        .proxy("order-redis")
-        .await
-        .set_enabled(false)
-        .await;
-    for _ in 0..3 {
-        let read = f.gateway.get(&format!("/api/products/{id}")).await;
-        assert_eq!(read.status, Some(200), "{}", read.describe());
-        assert!(
-            read.elapsed < Duration::from_millis(500),
-            "{}",
-            read.describe()
-        );
-        let placed = f.order(&id, 1, Some(&key())).await;
-        assert_eq!(placed.status, Some(201), "{}", placed.describe());
-        assert!(
-            placed.elapsed < Duration::from_secs(1),
-            "{}",
-            placed.describe()
-        );
-    }
+    let id = f.seed("F1-REDIS", 10).await;
+    f.refuse(&REDIS_EDGES).await;
+    assert_redis_fault_degrades(&f, &id).await;
     f.cluster.stop().await;
 }

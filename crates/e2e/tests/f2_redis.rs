@@ -15,19 +15,9 @@ mod support;
 
 use std::time::Duration;
 
-use shopeasy_e2e::{Service, client::eventually, client::metric_sum};
-use shopeasy_faults::{Stream, Toxic, ToxicKind};
-use support::{ConnectionLog, Fixture, assert_redis_backoff, key};
+use shopeasy_faults::Stream;
+use support::{ConnectionLog, Fixture, REDIS_EDGES, assert_redis_backoff, toxics::reset};
 use tokio::time::Instant;
-
-/// `shopeasy_product_cache_requests_total{kind="item",result}`.
-async fn product_cache(f: &Fixture, result: &str) -> f64 {
-    metric_sum(
-        &f.metrics(Service::Product).await,
-        "shopeasy_product_cache_requests_total",
-        &[("kind", "item"), ("result", result)],
-    )
-}
 
 /// service → Redis, `reset_peer` on both Redis proxies for 8 s of steady
 /// load (a product read every 50 ms, an order every 200 ms): every read
@@ -39,41 +29,27 @@ async fn f2_redis_reset_degrades_and_reconnects_with_backoff() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f
-        .cluster
-        .seed_product("F2-REDIS", 500, 1_000)
-        .await
-        .unwrap();
-    let id = product.id.to_string();
+    let id = f.seed("F2-REDIS", 1_000).await;
     let path = format!("/api/products/{id}");
 
     // Warm: both Redis connections open, the product cached in Redis.
     let first = f.gateway.get(&path).await;
     assert_eq!(first.status, Some(200), "{}", first.describe());
-    let hits = product_cache(&f, "hit").await;
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            f.gateway.get(&path).await.status == Some(200) && product_cache(&f, "hit").await > hits
-        })
-        .await,
-        "the product is served from Redis before the fault"
-    );
-    let warm = f.order(&id, 1, Some(&key())).await;
-    assert_eq!(warm.status, Some(201), "{}", warm.describe());
+    f.assert_product_cache_hits(
+        &path,
+        Duration::from_secs(5),
+        "the product is served from Redis before the fault",
+    )
+    .await;
+    f.placed(&id, 1).await;
 
-    let edges = ["product-redis", "order-redis"];
+    let edges = REDIS_EDGES;
     let mut logs = Vec::new();
     for edge in edges {
-        let proxy = f.cluster.proxy(edge).await;
-        proxy
-            .add_toxic(Toxic::new(
-                ToxicKind::ResetPeer { timeout: 0 },
-                Stream::Upstream,
-            ))
-            .unwrap();
+        let proxy = f.add_toxic(edge, reset(Stream::Upstream)).await;
         logs.push(ConnectionLog::start(proxy));
     }
-    let errors = product_cache(&f, "error").await;
+    let errors = f.product_cache("error").await;
     let (reads, orders, window) = f
         .stays_healthy(
             &path,
@@ -84,7 +60,7 @@ async fn f2_redis_reset_degrades_and_reconnects_with_backoff() {
         )
         .await;
     assert!(
-        product_cache(&f, "error").await > errors,
+        f.product_cache("error").await > errors,
         "the reset reached the product cache as an error (degraded, not hidden)"
     );
     for (edge, log) in edges.iter().zip(&logs) {
@@ -97,19 +73,16 @@ async fn f2_redis_reset_degrades_and_reconnects_with_backoff() {
         f.cluster.proxy(edge).await.remove_all_toxics();
     }
     let healed = Instant::now();
-    let hits = product_cache(&f, "hit").await;
-    assert!(
-        eventually(Duration::from_secs(15), || async {
-            f.gateway.get(&path).await.status == Some(200) && product_cache(&f, "hit").await > hits
-        })
-        .await,
-        "R: the product cache hits again after the heal"
-    );
+    f.assert_product_cache_hits(
+        &path,
+        Duration::from_secs(15),
+        "R: the product cache hits again after the heal",
+    )
+    .await;
     println!(
         "product cache hit again {:?} after the heal",
         healed.elapsed()
     );
-    let after = f.order(&id, 1, Some(&key())).await;
-    assert_eq!(after.status, Some(201), "{}", after.describe());
+    f.placed(&id, 1).await;
     f.cluster.stop().await;
 }

@@ -7,13 +7,8 @@ mod support;
 
 use std::time::Duration;
 
-use shopeasy_e2e::client::eventually;
-use shopeasy_faults::{Stream, Toxic, ToxicKind};
-use support::{Fixture, assert_problem, key};
-
-fn reset(stream: Stream) -> Toxic {
-    Toxic::new(ToxicKind::ResetPeer { timeout: 0 }, stream)
-}
+use shopeasy_faults::Stream;
+use support::{Fixture, assert_problem, key, toxics::reset};
 
 /// gateway → order, upstream reset (request never delivered): a plain POST
 /// is not repeated (A(1), one connection), a keyed POST is (A(3), three
@@ -23,10 +18,8 @@ async fn f2_gateway_order_upstream_reset_repeats_only_keyed_posts() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F2-GW-UP", 500, 10).await.unwrap();
-    let id = product.id.to_string();
-    let proxy = f.cluster.proxy("gateway-order").await;
-    proxy.add_toxic(reset(Stream::Upstream)).unwrap();
+    let id = f.seed("F2-GW-UP", 10).await;
+    let proxy = f.add_toxic("gateway-order", reset(Stream::Upstream)).await;
 
     let conns = proxy.connections();
     let plain = f.order(&id, 1, None).await;
@@ -64,10 +57,9 @@ async fn f2_gateway_order_downstream_reset_then_keyed_retry_replays_one_order() 
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F2-GW-DOWN", 500, 10).await.unwrap();
-    let id = product.id.to_string();
-    let proxy = f.cluster.proxy("gateway-order").await;
-    proxy.add_toxic(reset(Stream::Downstream)).unwrap();
+    let id = f.seed("F2-GW-DOWN", 10).await;
+    f.add_toxic("gateway-order", reset(Stream::Downstream))
+        .await;
 
     let k = key();
     let lost = f.order(&id, 2, Some(&k)).await;
@@ -85,8 +77,7 @@ async fn f2_gateway_order_downstream_reset_then_keyed_retry_replays_one_order() 
     let again = f.order(&id, 2, Some(&k)).await;
     assert_eq!(again.body, replay.body, "C9: byte-equal");
     assert_eq!(f.order_count().await, 1, "C1");
-    let order_id = replay.json()["id"].as_str().unwrap().to_owned();
-    assert_eq!(f.reserved_for(&order_id).await, 2, "C7");
+    assert_eq!(f.reserved_for(&support::order_id(&replay)).await, 2, "C7");
     f.cluster.stop().await;
 }
 
@@ -97,8 +88,9 @@ async fn f2_gateway_product_upstream_reset_is_retried() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let proxy = f.cluster.proxy("gateway-product").await;
-    proxy.add_toxic(reset(Stream::Upstream)).unwrap();
+    let proxy = f
+        .add_toxic("gateway-product", reset(Stream::Upstream))
+        .await;
     let conns = proxy.connections();
     let answer = f.gateway.get("/api/products").await;
     assert_problem(&answer, 502, false);
@@ -106,6 +98,16 @@ async fn f2_gateway_product_upstream_reset_is_retried() {
     f.cluster.heal().await;
     assert_eq!(f.gateway.get("/api/products").await.status, Some(200));
     f.cluster.stop().await;
+}
+
+/// A product with 10 in stock, its stock cached by a first order; then
+/// every answer of order → inventory is lost (downstream reset). Returns
+/// the product's id.
+async fn inventory_answers_lost(f: &Fixture, sku: &str) -> String {
+    let id = f.seed_cached(sku, 10).await;
+    f.add_toxic("order-inventory", reset(Stream::Downstream))
+        .await;
+    id
 }
 
 /// order → inventory, downstream reset after a successful reserve: the
@@ -116,30 +118,12 @@ async fn f2_order_inventory_downstream_reset_reserves_once() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f
-        .cluster
-        .seed_product("F2-INV-DOWN", 500, 10)
-        .await
-        .unwrap();
-    let id = product.id.to_string();
-    let warm = f.order(&id, 1, Some(&key())).await;
-    assert_eq!(warm.status, Some(201), "{}", warm.describe());
-    let proxy = f.cluster.proxy("order-inventory").await;
-    proxy.add_toxic(reset(Stream::Downstream)).unwrap();
-    let pending = f.order(&id, 3, Some(&key())).await;
-    assert_eq!(pending.status, Some(202), "{}", pending.describe());
-    let order_id = pending.json()["id"].as_str().unwrap().to_owned();
+    let id = inventory_answers_lost(&f, "F2-INV-DOWN").await;
+    let order_id = f.pending(&id, 3).await;
     // Inventory did reserve (the answer was lost), once.
     assert_eq!(f.reserved_for(&order_id).await, 3, "C7 under retries");
     f.cluster.heal().await;
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            f.order_status(&order_id).await.as_deref() == Some("confirmed")
-        })
-        .await,
-        "C8"
-    );
-    assert_eq!(f.reserved_for(&order_id).await, 3, "C7 after the worker");
+    f.assert_confirmed_and_reserved_once(&order_id, 3).await;
     let available: i64 = sqlx::query_scalar("SELECT available FROM stock WHERE product_id = $1")
         .bind(&id)
         .fetch_one(f.cluster.inventory_db())
@@ -157,20 +141,10 @@ async fn f2_order_inventory_downstream_reset_is_retried_as_unavailable() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f
-        .cluster
-        .seed_product("F2-INV-RETRY", 500, 10)
-        .await
-        .unwrap();
-    let id = product.id.to_string();
-    let warm = f.order(&id, 1, Some(&key())).await;
-    assert_eq!(warm.status, Some(201), "{}", warm.describe());
-    let proxy = f.cluster.proxy("order-inventory").await;
-    proxy.add_toxic(reset(Stream::Downstream)).unwrap();
+    let id = inventory_answers_lost(&f, "F2-INV-RETRY").await;
     let retries = f.inventory_retries().await;
     let deadline_stops = f.inventory_retry_outcome("deadline_exhausted").await;
-    let pending = f.order(&id, 3, Some(&key())).await;
-    assert_eq!(pending.status, Some(202), "{}", pending.describe());
+    f.pending(&id, 3).await;
     let retried = f.inventory_retries().await - retries;
     let stopped = f.inventory_retry_outcome("deadline_exhausted").await - deadline_stops;
     // A(3): both retries made — unless, on a loaded machine, the caller's
@@ -193,10 +167,10 @@ async fn f2_order_inventory_breaker_opens_fails_fast_and_lets_one_trial_through(
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F2-CB", 500, 100).await.unwrap();
-    let id = product.id.to_string();
-    let proxy = f.cluster.proxy("order-inventory").await;
-    proxy.add_toxic(reset(Stream::Upstream)).unwrap();
+    let id = f.seed("F2-CB", 100).await;
+    let proxy = f
+        .add_toxic("order-inventory", reset(Stream::Upstream))
+        .await;
 
     let mut orders = 0;
     while !f.breaker_opened("inventory").await {
@@ -216,11 +190,7 @@ async fn f2_order_inventory_breaker_opens_fails_fast_and_lets_one_trial_through(
     for _ in 0..5 {
         let answer = f.order(&id, 1, Some(&key())).await;
         assert_problem(&answer, 503, true);
-        assert!(
-            answer.elapsed < Duration::from_millis(200),
-            "fails fast: {}",
-            answer.describe()
-        );
+        support::assert_fails_fast(&answer, Duration::from_millis(200));
     }
     assert_eq!(
         proxy.connections(),
@@ -229,15 +199,13 @@ async fn f2_order_inventory_breaker_opens_fails_fast_and_lets_one_trial_through(
     );
 
     // After the break: one trial among concurrent callers.
-    assert!(
-        eventually(Duration::from_secs(4), || async {
-            f.breaker("inventory").await["open_remaining_seconds"]
-                .as_f64()
-                .unwrap_or(0.0)
-                <= 0.0
-        })
-        .await
-    );
+    shopeasy_testkit::assert_eventually(Duration::from_secs(4), "CB: the break ends", async || {
+        f.breaker("inventory").await["open_remaining_seconds"]
+            .as_f64()
+            .unwrap_or(0.0)
+            <= 0.0
+    })
+    .await;
     let half_opens = f.breaker("inventory").await["transitions"]["half_open"]
         .as_u64()
         .unwrap_or(0);
@@ -294,19 +262,14 @@ async fn f2_order_product_reset_is_retried_then_503() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F2-PRODUCT", 500, 10).await.unwrap();
-    let proxy = f.cluster.proxy("order-product").await;
-    proxy.add_toxic(reset(Stream::Upstream)).unwrap();
+    let id = f.seed("F2-PRODUCT", 10).await;
+    let proxy = f.add_toxic("order-product", reset(Stream::Upstream)).await;
     let conns = proxy.connections();
-    let answer = f.order(&product.id.to_string(), 1, Some(&key())).await;
+    let answer = f.order(&id, 1, Some(&key())).await;
     assert_problem(&answer, 503, true);
     assert_eq!(proxy.connections() - conns, 3, "A(3)");
     assert_eq!(f.order_count().await, 0, "C3");
-    f.cluster.heal().await;
-    assert!(
-        f.orders_recover(&product.id.to_string(), None, Duration::from_secs(5))
-            .await,
-        "R"
-    );
+    f.heal_and_assert_orders_recover(&id, Duration::from_secs(5))
+        .await;
     f.cluster.stop().await;
 }

@@ -9,18 +9,26 @@ mod support;
 
 use std::time::Duration;
 
-use shopeasy_e2e::{Service, client::eventually};
-use shopeasy_faults::{Stream, Toxic, ToxicKind};
-use support::{Fixture, assert_problem, key};
-
-fn hang() -> Toxic {
-    Toxic::new(ToxicKind::Timeout { timeout: 0 }, Stream::Downstream)
-}
+use shopeasy_e2e::{Answer, Service};
+use support::{
+    Fixture, REDIS_EDGES, assert_fails_fast, assert_problem, assert_problem_within,
+    assert_redis_fault_degrades, key, toxics::hang,
+};
 
 /// Activity timeout of the fast settings, and the slack a loaded two-core
 /// machine needs on top of FAULTS.md's 200 ms.
 const ACTIVITY: Duration = Duration::from_secs(1);
 const SLACK: Duration = Duration::from_millis(400);
+
+/// L: a 504 at the activity timeout, not before it and not much after.
+fn assert_cut_at_the_activity_timeout(answer: &Answer) {
+    assert_problem(answer, 504, false);
+    assert!(
+        answer.elapsed >= ACTIVITY && answer.elapsed < ACTIVITY + SLACK,
+        "L(activity + slack): {}",
+        answer.describe()
+    );
+}
 
 /// gateway → order: no headers for the activity timeout → 504 with
 /// `Proxy-Status`, not retried (A(1)); the order service's work is
@@ -30,33 +38,22 @@ async fn f3_gateway_order_hang_is_504_at_the_activity_timeout() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F3-GW", 500, 10).await.unwrap();
-    let id = product.id.to_string();
-    f.cluster
-        .proxy("gateway-order")
-        .await
-        .add_toxic(hang())
-        .unwrap();
+    let id = f.seed("F3-GW", 10).await;
+    f.add_toxic("gateway-order", hang()).await;
 
     let before = f.gateway_attempts("order").await;
     let get = f
         .gateway
         .get(&format!("/api/orders/{}", uuid::Uuid::new_v4()))
         .await;
-    assert_problem(&get, 504, false);
+    assert_cut_at_the_activity_timeout(&get);
     assert!(get.header("proxy-status").is_some());
-    assert!(
-        get.elapsed >= ACTIVITY && get.elapsed < ACTIVITY + SLACK,
-        "L: {}",
-        get.describe()
-    );
     assert_eq!(f.gateway_attempts("order").await - before, 1.0, "A(1)");
 
     let k = key();
     let before = f.gateway_attempts("order").await;
     let post = f.order(&id, 1, Some(&k)).await;
-    assert_problem(&post, 504, false);
-    assert!(post.elapsed < ACTIVITY + SLACK, "L: {}", post.describe());
+    assert_problem_within(&post, 504, false, ACTIVITY + SLACK);
     assert_eq!(
         f.gateway_attempts("order").await - before,
         1.0,
@@ -81,26 +78,11 @@ async fn f3_gateway_product_hang_is_504_at_the_activity_timeout() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    f.cluster
-        .proxy("gateway-product")
-        .await
-        .add_toxic(hang())
-        .unwrap();
-    let answer = f.gateway.get("/api/products").await;
-    assert_problem(&answer, 504, false);
-    assert!(
-        answer.elapsed >= ACTIVITY && answer.elapsed < ACTIVITY + SLACK,
-        "{}",
-        answer.describe()
-    );
+    f.add_toxic("gateway-product", hang()).await;
+    assert_cut_at_the_activity_timeout(&f.gateway.get("/api/products").await);
     f.cluster.heal().await;
-    assert!(
-        eventually(Duration::from_secs(3), || async {
-            f.gateway.get("/api/products").await.status == Some(200)
-        })
-        .await,
-        "R"
-    );
+    f.assert_reads_recover("/api/products", Duration::from_secs(3), "R")
+        .await;
     f.cluster.stop().await;
 }
 
@@ -113,33 +95,17 @@ async fn f3_order_inventory_hang_times_out_once_per_attempt_and_opens_the_breake
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F3-INV", 500, 50).await.unwrap();
-    let id = product.id.to_string();
-    let warm = f.order(&id, 1, Some(&key())).await;
-    assert_eq!(warm.status, Some(201), "{}", warm.describe());
-    f.cluster
-        .proxy("order-inventory")
-        .await
-        .add_toxic(hang())
-        .unwrap();
+    let id = f.seed_cached("F3-INV", 50).await;
+    f.add_toxic("order-inventory", hang()).await;
 
     let retries = f.inventory_retries().await;
     let mut pending = Vec::new();
     while !f.breaker_opened("inventory").await {
         let answer = f.order(&id, 1, Some(&key())).await;
-        assert_eq!(
-            answer.status,
-            Some(202),
-            "stale → 202: {}",
-            answer.describe()
-        );
-        // The stock check may be fresh or stale; the reserve times out.
-        assert!(
-            answer.elapsed < Duration::from_millis(900),
-            "L: {}",
-            answer.describe()
-        );
-        pending.push(answer.json()["id"].as_str().unwrap().to_owned());
+        // Stale stock → 202 pending; the stock check may be fresh or
+        // stale, the reserve times out (L).
+        support::assert_answers(&answer, 202, Duration::from_millis(900));
+        pending.push(support::order_id(&answer));
         assert!(
             pending.len() <= 10,
             "CB: still closed after {} orders",
@@ -153,23 +119,13 @@ async fn f3_order_inventory_hang_times_out_once_per_attempt_and_opens_the_breake
     );
     let fast = f.order(&id, 1, Some(&key())).await;
     assert_eq!(fast.status, Some(202), "{}", fast.describe());
-    assert!(
-        fast.elapsed < Duration::from_millis(200),
-        "open: fails fast, {}",
-        fast.describe()
-    );
-    pending.push(fast.json()["id"].as_str().unwrap().to_owned());
+    assert_fails_fast(&fast, Duration::from_millis(200));
+    pending.push(support::order_id(&fast));
 
     f.cluster.heal().await;
     for id in &pending {
-        assert!(
-            eventually(Duration::from_secs(15), || async {
-                f.order_status(id).await.as_deref() == Some("confirmed")
-            })
-            .await,
-            "C8: {id} still {:?}",
-            f.order_status(id).await
-        );
+        f.assert_confirmed_within(id, Duration::from_secs(15), "C8")
+            .await;
         assert_eq!(f.reserved_for(id).await, 1, "C7");
     }
     f.cluster.stop().await;
@@ -182,29 +138,11 @@ async fn f3_order_product_hang_is_one_timed_out_attempt() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F3-PRODUCT", 500, 10).await.unwrap();
-    f.cluster
-        .proxy("order-product")
-        .await
-        .add_toxic(hang())
-        .unwrap();
-    let labels = [("target", "product"), ("outcome", "retried")];
-    let retried = f
-        .counter("shopeasy_downstream_retries_total", &labels)
-        .await;
-    let answer = f.order(&product.id.to_string(), 1, Some(&key())).await;
-    assert_problem(&answer, 503, true);
-    assert!(
-        answer.elapsed < Duration::from_millis(800),
-        "L: {}",
-        answer.describe()
-    );
-    assert_eq!(
-        f.counter("shopeasy_downstream_retries_total", &labels)
-            .await,
-        retried,
-        "A(1)"
-    );
+    let id = f.seed("F3-PRODUCT", 10).await;
+    f.add_toxic("order-product", hang()).await;
+    let (answer, retries) = f.order_counting_product_retries(&id).await;
+    assert_problem_within(&answer, 503, true, Duration::from_millis(800));
+    assert_eq!(retries, 0.0, "A(1)");
     assert_eq!(f.order_count().await, 0, "C3");
     f.cluster.stop().await;
 }
@@ -216,32 +154,17 @@ async fn f3_order_postgres_hang_is_bounded_and_recovers() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F3-PG", 500, 10).await.unwrap();
-    let id = product.id.to_string();
-    f.cluster
-        .proxy("order-postgres")
-        .await
-        .add_toxic(hang())
-        .unwrap();
+    let id = f.seed("F3-PG", 10).await;
+    f.add_toxic("order-postgres", hang()).await;
     let answer = f.order(&id, 1, Some(&key())).await;
     assert!(
         matches!(answer.status, Some(503)),
         "bounded by the pool's timeouts: {}",
         answer.describe()
     );
-    let admin = f.cluster.admin_url(Service::Order);
-    let ready = reqwest::Client::new()
-        .get(format!("{admin}/health/ready"))
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(ready.status().as_u16(), 503);
-    f.cluster.heal().await;
-    assert!(
-        f.orders_recover(&id, None, Duration::from_secs(10)).await,
-        "R"
-    );
+    assert_eq!(f.health(Service::Order, "ready").await, 503);
+    f.heal_and_assert_orders_recover(&id, Duration::from_secs(10))
+        .await;
     f.cluster.stop().await;
 }
 
@@ -252,34 +175,11 @@ async fn f3_redis_hang_degrades_within_the_redis_timeout() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F3-REDIS", 500, 10).await.unwrap();
-    let id = product.id.to_string();
-    f.cluster
-        .proxy("product-redis")
-        .await
-        .add_toxic(hang())
-        .unwrap();
-    f.cluster
-        .proxy("order-redis")
-        .await
-        .add_toxic(hang())
-        .unwrap();
-    for _ in 0..3 {
-        let read = f.gateway.get(&format!("/api/products/{id}")).await;
-        assert_eq!(read.status, Some(200), "{}", read.describe());
-        assert!(
-            read.elapsed < Duration::from_millis(500),
-            "{}",
-            read.describe()
-        );
-        let placed = f.order(&id, 1, Some(&key())).await;
-        assert_eq!(placed.status, Some(201), "{}", placed.describe());
-        assert!(
-            placed.elapsed < Duration::from_secs(1),
-            "{}",
-            placed.describe()
-        );
+    let id = f.seed("F3-REDIS", 10).await;
+    for edge in REDIS_EDGES {
+        f.add_toxic(edge, hang()).await;
     }
+    assert_redis_fault_degrades(&f, &id).await;
     f.cluster.stop().await;
 }
 
@@ -293,9 +193,7 @@ async fn f3_inventory_deadline_cancels_the_query_on_the_server() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F3-CANCEL", 500, 10).await.unwrap();
-    let id = product.id.to_string();
-    assert_eq!(f.order(&id, 1, Some(&key())).await.status, Some(201));
+    let id = f.seed_cached("F3-CANCEL", 10).await;
     let db = f.cluster.inventory_db();
     let name: String = sqlx::query_scalar("SELECT current_database()")
         .fetch_one(db)
@@ -308,9 +206,7 @@ async fn f3_inventory_deadline_cancels_the_query_on_the_server() {
         .await
         .unwrap();
 
-    let answer = f.order(&id, 2, Some(&key())).await;
-    assert_eq!(answer.status, Some(202), "{}", answer.describe());
-    let order_id = answer.json()["id"].as_str().unwrap().to_owned();
+    let order_id = f.pending(&id, 2).await;
     // Watch for 2.5 s (the outbox worker keeps trying meanwhile).
     let watch_until = tokio::time::Instant::now() + Duration::from_millis(2_500);
     let mut seen_waiting = false;
@@ -332,12 +228,7 @@ async fn f3_inventory_deadline_cancels_the_query_on_the_server() {
     }
     assert!(seen_waiting, "the reservation did reach the lock");
     lock.rollback().await.unwrap();
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            f.order_status(&order_id).await.as_deref() == Some("confirmed")
-        })
-        .await,
-        "C8"
-    );
+    f.assert_confirmed_within(&order_id, Duration::from_secs(10), "C8")
+        .await;
     f.cluster.stop().await;
 }

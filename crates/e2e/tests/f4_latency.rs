@@ -6,17 +6,17 @@ mod support;
 
 use std::time::Duration;
 
-use shopeasy_faults::{Stream, Toxic, ToxicKind};
-use support::{Fixture, assert_problem, key};
+use support::{
+    Fixture, REDIS_EDGES, assert_problem, assert_problem_within, assert_reads_and_orders_degrade,
+    key, toxics::latency,
+};
 
-fn latency(ms: u64) -> Toxic {
-    Toxic::new(
-        ToxicKind::Latency {
-            latency: ms,
-            jitter: 0,
-        },
-        Stream::Downstream,
-    )
+/// `GET path` through the gateway, and the attempts it made at `route`
+/// for it (A(n)).
+async fn attempts_of(f: &Fixture, route: &str, path: &str) -> (shopeasy_e2e::Answer, f64) {
+    let before = f.gateway_attempts(route).await;
+    let answer = f.gateway.get(path).await;
+    (answer, f.gateway_attempts(route).await - before)
 }
 
 /// gateway → order and gateway → product: below the activity timeout the
@@ -26,48 +26,28 @@ async fn f4_gateway_latency_below_succeeds_once_above_is_504() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F4-GW", 500, 10).await.unwrap();
-    let placed = f.order(&product.id.to_string(), 1, Some(&key())).await;
-    let order_path = format!("/api/orders/{}", placed.json()["id"].as_str().unwrap());
+    let id = f.seed("F4-GW", 10).await;
+    let placed = f.order(&id, 1, Some(&key())).await;
+    let order_path = format!("/api/orders/{}", support::order_id(&placed));
     for (edge, route, path) in [
         ("gateway-order", "order", order_path.as_str()),
         ("gateway-product", "product", "/api/products"),
     ] {
-        let proxy = f.cluster.proxy(edge).await;
-        proxy.add_toxic(latency(300).named("slow")).unwrap();
-        let before = f.gateway_attempts(route).await;
-        let answer = f.gateway.get(path).await;
+        let proxy = f.add_toxic(edge, latency(300).named("slow")).await;
+        let (answer, attempts) = attempts_of(&f, route, path).await;
         assert_eq!(answer.status, Some(200), "{edge}: {}", answer.describe());
         assert!(
             answer.elapsed >= Duration::from_millis(300),
             "{edge}: {}",
             answer.describe()
         );
-        assert!(
-            answer.elapsed < Duration::from_millis(900),
-            "{edge}: {}",
-            answer.describe()
-        );
-        assert_eq!(
-            f.gateway_attempts(route).await - before,
-            1.0,
-            "{edge}: A(1)"
-        );
+        support::assert_within(&answer, Duration::from_millis(900), edge);
+        assert_eq!(attempts, 1.0, "{edge}: A(1)");
 
         proxy.update_toxic(latency(1_300).named("slow")).unwrap();
-        let before = f.gateway_attempts(route).await;
-        let answer = f.gateway.get(path).await;
-        assert_problem(&answer, 504, false);
-        assert!(
-            answer.elapsed < Duration::from_millis(1_400),
-            "{edge}: {}",
-            answer.describe()
-        );
-        assert_eq!(
-            f.gateway_attempts(route).await - before,
-            1.0,
-            "{edge}: A(1)"
-        );
+        let (answer, attempts) = attempts_of(&f, route, path).await;
+        assert_problem_within(&answer, 504, false, Duration::from_millis(1_400));
+        assert_eq!(attempts, 1.0, "{edge}: A(1)");
         proxy.remove_all_toxics();
     }
     f.cluster.stop().await;
@@ -81,31 +61,21 @@ async fn f4_order_inventory_latency_below_and_above_the_attempt_deadline() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F4-INV", 500, 50).await.unwrap();
-    let id = product.id.to_string();
-    let proxy = f.cluster.proxy("order-inventory").await;
-    proxy.add_toxic(latency(150).named("slow")).unwrap();
+    let id = f.seed("F4-INV", 50).await;
+    let proxy = f
+        .add_toxic("order-inventory", latency(150).named("slow"))
+        .await;
     let retries = f.inventory_retries().await;
     for _ in 0..3 {
-        let answer = f.order(&id, 1, Some(&key())).await;
-        assert_eq!(answer.status, Some(201), "{}", answer.describe());
+        f.placed(&id, 1).await;
     }
     assert_eq!(f.inventory_retries().await, retries, "A(1)");
     assert_eq!(f.breaker_state("inventory").await, "closed");
 
     proxy.update_toxic(latency(450).named("slow")).unwrap();
     let answer = f.order(&id, 1, Some(&key())).await;
-    assert_eq!(
-        answer.status,
-        Some(202),
-        "stale → 202: {}",
-        answer.describe()
-    );
-    assert!(
-        answer.elapsed < Duration::from_millis(900),
-        "{}",
-        answer.describe()
-    );
+    // Stale stock → 202 pending, within L.
+    support::assert_answers(&answer, 202, Duration::from_millis(900));
     assert_eq!(
         f.inventory_retries().await,
         retries,
@@ -121,22 +91,17 @@ async fn f4_order_product_latency_below_and_above_the_attempt_timeout() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F4-PRODUCT", 500, 50).await.unwrap();
-    let id = product.id.to_string();
-    let labels = [("target", "product"), ("outcome", "retried")];
-    let proxy = f.cluster.proxy("order-product").await;
-    proxy.add_toxic(latency(150).named("slow")).unwrap();
-    let retried = f
-        .counter("shopeasy_downstream_retries_total", &labels)
+    let id = f.seed("F4-PRODUCT", 50).await;
+    let proxy = f
+        .add_toxic("order-product", latency(150).named("slow"))
         .await;
-    let answer = f.order(&id, 1, Some(&key())).await;
-    assert_eq!(answer.status, Some(201), "{}", answer.describe());
+    let retried = f.downstream_retries("product", "retried").await;
+    f.placed(&id, 1).await;
     proxy.update_toxic(latency(450).named("slow")).unwrap();
     let answer = f.order(&id, 1, Some(&key())).await;
     assert_problem(&answer, 503, true);
     assert_eq!(
-        f.counter("shopeasy_downstream_retries_total", &labels)
-            .await,
+        f.downstream_retries("product", "retried").await,
         retried,
         "A(1)"
     );
@@ -153,12 +118,8 @@ async fn f4_order_postgres_latency_adds_per_round_trip() {
     };
     let mut items = Vec::new();
     for i in 0..10 {
-        let p = f
-            .cluster
-            .seed_product(&format!("F4-PG-{i}"), 100, 50)
-            .await
-            .unwrap();
-        items.push(serde_json::json!({"product_id": p.id.to_string(), "quantity": 1}));
+        let p = f.seed(&format!("F4-PG-{i}"), 50).await;
+        items.push(serde_json::json!({"product_id": p, "quantity": 1}));
     }
     let body = serde_json::json!({"customer_id": "e2e", "items": items});
     let placed = f
@@ -166,16 +127,12 @@ async fn f4_order_postgres_latency_adds_per_round_trip() {
         .post_json("/api/orders", &body, Some(&key()))
         .await;
     assert_eq!(placed.status, Some(201), "{}", placed.describe());
-    let path = format!("/api/orders/{}", placed.json()["id"].as_str().unwrap());
+    let path = format!("/api/orders/{}", support::order_id(&placed));
     let mut base = Duration::MAX;
     for _ in 0..5 {
         base = base.min(f.gateway.get(&path).await.elapsed);
     }
-    f.cluster
-        .proxy("order-postgres")
-        .await
-        .add_toxic(latency(50))
-        .unwrap();
+    f.add_toxic("order-postgres", latency(50)).await;
     let mut slow = Duration::MAX;
     for _ in 0..3 {
         let answer = f.gateway.get(&path).await;
@@ -198,28 +155,10 @@ async fn f4_redis_latency_above_its_timeout_degrades() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F4-REDIS", 500, 10).await.unwrap();
-    let id = product.id.to_string();
-    f.cluster
-        .proxy("product-redis")
-        .await
-        .add_toxic(latency(300))
-        .unwrap();
-    f.cluster
-        .proxy("order-redis")
-        .await
-        .add_toxic(latency(300))
-        .unwrap();
-    for _ in 0..3 {
-        let read = f.gateway.get(&format!("/api/products/{id}")).await;
-        assert_eq!(read.status, Some(200), "{}", read.describe());
-        assert!(
-            read.elapsed < Duration::from_millis(300),
-            "{}",
-            read.describe()
-        );
-        let placed = f.order(&id, 1, Some(&key())).await;
-        assert_eq!(placed.status, Some(201), "{}", placed.describe());
+    let id = f.seed("F4-REDIS", 10).await;
+    for edge in REDIS_EDGES {
+        f.add_toxic(edge, latency(300)).await;
     }
+    assert_reads_and_orders_degrade(&f, &id, Duration::from_millis(300), None).await;
     f.cluster.stop().await;
 }

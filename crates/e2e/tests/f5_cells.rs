@@ -18,23 +18,17 @@ mod support;
 
 use std::{net::SocketAddr, time::Duration};
 
-use shopeasy_e2e::{Client, Service, client::eventually};
-use shopeasy_faults::{Stream, Toxic, ToxicKind};
-use support::{Fixture, assert_problem, key, order_body, seed_catalogue};
+use shopeasy_e2e::{Client, Service};
+use shopeasy_testkit::assert_eventually;
+use support::{
+    Fixture, assert_problem, assert_problem_within, key, order_body, seed_catalogue,
+    toxics::{bandwidth, hang},
+};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
     time::Instant,
 };
-
-fn bandwidth(kb_per_second: u64) -> Toxic {
-    Toxic::new(
-        ToxicKind::Bandwidth {
-            rate: kb_per_second,
-        },
-        Stream::Downstream,
-    )
-}
 
 /// One raw HTTP/1.1 answer.
 struct RawAnswer {
@@ -140,8 +134,7 @@ async fn f5_gateway_order_stalled_request_body_is_408_without_an_order() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F5-STALL", 500, 10).await.unwrap();
-    let id = product.id.to_string();
+    let id = f.seed("F5-STALL", 10).await;
     let gateway = f.cluster.addresses.gateway;
     let gap = Duration::from_millis(100);
 
@@ -180,8 +173,7 @@ async fn f5_gateway_order_stalled_request_body_is_408_without_an_order() {
         );
     }
     // The order service is fine: the same product orders normally after.
-    let placed = f.order(&id, 1, Some(&key())).await;
-    assert_eq!(placed.status, Some(201), "{}", placed.describe());
+    f.placed(&id, 1).await;
     assert_eq!(f.order_count().await, 1, "C3: only the whole order exists");
     f.cluster.stop().await;
 }
@@ -194,8 +186,7 @@ async fn f5_gateway_order_slow_steady_request_body_is_placed() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F5-STEADY", 500, 10).await.unwrap();
-    let id = product.id.to_string();
+    let id = f.seed("F5-STEADY", 10).await;
     let gateway = f.cluster.addresses.gateway;
     let gap = Duration::from_millis(300);
 
@@ -235,11 +226,7 @@ async fn f5_gateway_product_page_at_1kb_per_second_completes() {
         fast.body.len()
     );
 
-    f.cluster
-        .proxy("gateway-product")
-        .await
-        .add_toxic(bandwidth(1))
-        .unwrap();
+    f.add_toxic("gateway-product", bandwidth(1)).await;
     let client = Client::new(f.cluster.gateway_url(), Duration::from_secs(15));
     let slow = client.get(path).await;
     assert_eq!(slow.status, Some(200), "{}", slow.describe());
@@ -273,8 +260,7 @@ async fn f5_gateway_product_silence_mid_body_is_cut() {
     assert_eq!(whole.status, Some(200), "{}", whole.describe());
     assert!(whole.body.len() > 3 * 32 * 1024, "{}", whole.body.len());
 
-    let proxy = f.cluster.proxy("gateway-product").await;
-    proxy.add_toxic(bandwidth(32)).unwrap();
+    let proxy = f.add_toxic("gateway-product", bandwidth(32)).await;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(15))
         .build()
@@ -291,12 +277,7 @@ async fn f5_gateway_product_silence_mid_body_is_cut() {
                 received += chunk.len();
                 last_byte = Instant::now();
                 if !silenced {
-                    proxy
-                        .add_toxic(Toxic::new(
-                            ToxicKind::Timeout { timeout: 0 },
-                            Stream::Downstream,
-                        ))
-                        .unwrap();
+                    proxy.add_toxic(hang()).unwrap();
                     silenced = true;
                 }
             }
@@ -344,8 +325,7 @@ async fn f5_product_postgres_slow_result_is_bounded_by_the_read_timeout() {
     assert_eq!(baseline.status, Some(200), "{}", baseline.describe());
     assert!(baseline.body.len() > 90_000, "{}", baseline.body.len());
 
-    let proxy = f.cluster.proxy("product-postgres").await;
-    proxy.add_toxic(bandwidth(10)).unwrap();
+    let proxy = f.add_toxic("product-postgres", bandwidth(10)).await;
     let slow = direct.get(path).await;
     assert_problem(&slow, 503, true);
     assert!(
@@ -354,29 +334,20 @@ async fn f5_product_postgres_slow_result_is_bounded_by_the_read_timeout() {
         slow.describe()
     );
     let via_gateway = f.gateway.get(path).await;
-    assert_problem(&via_gateway, 504, false);
-    assert!(
-        via_gateway.elapsed < Duration::from_millis(1_300),
-        "L(activity 1 s + ε): {}",
-        via_gateway.describe()
+    // L(activity 1 s + ε)
+    assert_problem_within(&via_gateway, 504, false, Duration::from_millis(1_300));
+    assert_eq!(
+        f.health(Service::Product, "live").await,
+        200,
+        "live: no restart needed"
     );
-    let live = reqwest::get(format!(
-        "{}/health/live",
-        f.cluster.admin_url(Service::Product)
-    ))
-    .await
-    .unwrap();
-    assert_eq!(live.status().as_u16(), 200, "live: no restart needed");
 
     proxy.remove_all_toxics();
     let healed = Instant::now();
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            direct.get(path).await.body == baseline.body
-        })
-        .await,
-        "R(10 s)"
-    );
+    assert_eventually(Duration::from_secs(10), "R(10 s)", async || {
+        direct.get(path).await.body == baseline.body
+    })
+    .await;
     println!(
         "F5 product-postgres: 503 in {:?}, 504 in {:?}, recovered {:?} after the heal",
         slow.elapsed,

@@ -7,20 +7,10 @@ mod support;
 
 use std::time::Duration;
 
-use shopeasy_e2e::client::eventually;
-use shopeasy_faults::{Stream, Toxic, ToxicKind};
-use support::{Fixture, assert_problem, key};
-
-fn slicer(size: u64, gap: Duration) -> Toxic {
-    Toxic::new(
-        ToxicKind::Slicer {
-            average_size: size,
-            size_variation: 0,
-            delay: u64::try_from(gap.as_micros()).unwrap(),
-        },
-        Stream::Downstream,
-    )
-}
+use support::{
+    Fixture, REDIS_EDGES, assert_problem_within, assert_reads_and_orders_degrade, key,
+    toxics::slicer,
+};
 
 /// gateway → order: gaps shorter than the activity timeout → the answer
 /// completes although it takes longer than that timeout in total (the
@@ -31,14 +21,15 @@ async fn f5_gateway_order_cuts_silence_not_slowness() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F5-GW", 500, 10).await.unwrap();
-    let placed = f.order(&product.id.to_string(), 1, Some(&key())).await;
-    let path = format!("/api/orders/{}", placed.json()["id"].as_str().unwrap());
-    let proxy = f.cluster.proxy("gateway-order").await;
-
-    proxy
-        .add_toxic(slicer(64, Duration::from_millis(300)).named("slow"))
-        .unwrap();
+    let id = f.seed("F5-GW", 10).await;
+    let placed = f.order(&id, 1, Some(&key())).await;
+    let path = format!("/api/orders/{}", support::order_id(&placed));
+    let proxy = f
+        .add_toxic(
+            "gateway-order",
+            slicer(64, Duration::from_millis(300)).named("slow"),
+        )
+        .await;
     let answer = f.gateway.get(&path).await;
     assert_eq!(answer.status, Some(200), "{}", answer.describe());
     assert_eq!(answer.body, placed.body, "the whole body arrived");
@@ -72,19 +63,11 @@ async fn f5_order_product_attempt_timeout_covers_the_body() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F5-PRODUCT", 500, 10).await.unwrap();
-    f.cluster
-        .proxy("order-product")
-        .await
-        .add_toxic(slicer(16, Duration::from_millis(100)))
-        .unwrap();
-    let answer = f.order(&product.id.to_string(), 1, Some(&key())).await;
-    assert_problem(&answer, 503, true);
-    assert!(
-        answer.elapsed < Duration::from_millis(900),
-        "L: {}",
-        answer.describe()
-    );
+    let id = f.seed("F5-PRODUCT", 10).await;
+    f.add_toxic("order-product", slicer(16, Duration::from_millis(100)))
+        .await;
+    let answer = f.order(&id, 1, Some(&key())).await;
+    assert_problem_within(&answer, 503, true, Duration::from_millis(900));
     assert_eq!(f.order_count().await, 0, "C3");
     f.cluster.stop().await;
 }
@@ -97,28 +80,14 @@ async fn f5_order_inventory_trickle_is_bounded_by_the_attempt_deadline() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F5-INV", 500, 10).await.unwrap();
-    let id = product.id.to_string();
-    assert_eq!(f.order(&id, 1, Some(&key())).await.status, Some(201));
-    f.cluster
-        .proxy("order-inventory")
-        .await
-        .add_toxic(slicer(4, Duration::from_millis(100)))
-        .unwrap();
+    let id = f.seed_cached("F5-INV", 10).await;
+    f.add_toxic("order-inventory", slicer(4, Duration::from_millis(100)))
+        .await;
     let retries = f.inventory_retries().await;
-    let answer = f.order(&id, 2, Some(&key())).await;
-    assert_eq!(answer.status, Some(202), "{}", answer.describe());
+    let order_id = f.pending(&id, 2).await;
     assert_eq!(f.inventory_retries().await, retries, "A(1)");
-    let order_id = answer.json()["id"].as_str().unwrap().to_owned();
     f.cluster.heal().await;
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            f.order_status(&order_id).await.as_deref() == Some("confirmed")
-        })
-        .await,
-        "C8"
-    );
-    assert_eq!(f.reserved_for(&order_id).await, 2, "C7");
+    f.assert_confirmed_and_reserved_once(&order_id, 2).await;
     f.cluster.stop().await;
 }
 
@@ -128,24 +97,11 @@ async fn f5_redis_slow_replies_degrade() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F5-REDIS", 500, 10).await.unwrap();
-    let id = product.id.to_string();
-    for edge in ["product-redis", "order-redis"] {
-        f.cluster
-            .proxy(edge)
-            .await
-            .add_toxic(slicer(1, Duration::from_millis(100)))
-            .unwrap();
+    let id = f.seed("F5-REDIS", 10).await;
+    for edge in REDIS_EDGES {
+        f.add_toxic(edge, slicer(1, Duration::from_millis(100)))
+            .await;
     }
-    for _ in 0..3 {
-        let read = f.gateway.get(&format!("/api/products/{id}")).await;
-        assert_eq!(read.status, Some(200), "{}", read.describe());
-        assert!(
-            read.elapsed < Duration::from_millis(500),
-            "{}",
-            read.describe()
-        );
-        assert_eq!(f.order(&id, 1, Some(&key())).await.status, Some(201));
-    }
+    assert_reads_and_orders_degrade(&f, &id, Duration::from_millis(500), None).await;
     f.cluster.stop().await;
 }

@@ -11,8 +11,8 @@ mod support;
 
 use std::time::Duration;
 
-use shopeasy_e2e::{Service, client::eventually};
-use support::{Fixture, assert_problem, key};
+use shopeasy_e2e::Service;
+use support::{Fixture, REDIS_EDGES, assert_problem, key};
 
 /// Kill `order`, POST with a key (502: nothing listens), respawn: the
 /// keyed retry creates exactly one order (C1, C2); a GET over the gateway's
@@ -22,11 +22,9 @@ async fn f6_order_restart_loses_and_duplicates_nothing() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F6-ORDER", 500, 10).await.unwrap();
-    let id = product.id.to_string();
-    let first = f.order(&id, 1, Some(&key())).await;
-    assert_eq!(first.status, Some(201));
-    let path = format!("/api/orders/{}", first.json()["id"].as_str().unwrap());
+    let id = f.seed("F6-ORDER", 10).await;
+    let first = f.placed(&id, 1).await;
+    let path = format!("/api/orders/{}", support::order_id(&first));
 
     f.cluster.kill(Service::Order).await;
     let k = key();
@@ -34,13 +32,8 @@ async fn f6_order_restart_loses_and_duplicates_nothing() {
     assert_problem(&during, 502, false);
     f.cluster.respawn(Service::Order).await.unwrap();
     let start = tokio::time::Instant::now();
-    assert!(
-        eventually(Duration::from_secs(2), || async {
-            f.gateway.get(&path).await.status == Some(200)
-        })
-        .await,
-        "R(2 s)"
-    );
+    f.assert_reads_recover(&path, Duration::from_secs(2), "R(2 s)")
+        .await;
     let retry = f.order(&id, 2, Some(&k)).await;
     assert_eq!(retry.status, Some(201), "{}", retry.describe());
     let replay = f.order(&id, 2, Some(&k)).await;
@@ -60,22 +53,11 @@ async fn f6_inventory_restart_pending_orders_are_confirmed() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F6-INV", 500, 10).await.unwrap();
-    let id = product.id.to_string();
-    assert_eq!(f.order(&id, 1, Some(&key())).await.status, Some(201));
+    let id = f.seed_cached("F6-INV", 10).await;
     f.cluster.kill(Service::Inventory).await;
-    let pending = f.order(&id, 2, Some(&key())).await;
-    assert_eq!(pending.status, Some(202), "{}", pending.describe());
-    let order_id = pending.json()["id"].as_str().unwrap().to_owned();
+    let order_id = f.pending(&id, 2).await;
     f.cluster.respawn(Service::Inventory).await.unwrap();
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            f.order_status(&order_id).await.as_deref() == Some("confirmed")
-        })
-        .await,
-        "C8"
-    );
-    assert_eq!(f.reserved_for(&order_id).await, 2, "C7");
+    f.assert_confirmed_and_reserved_once(&order_id, 2).await;
     f.cluster.stop().await;
 }
 
@@ -86,20 +68,14 @@ async fn f6_product_restart_recovers_within_two_seconds() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F6-PRODUCT", 500, 10).await.unwrap();
-    let id = product.id.to_string();
+    let id = f.seed("F6-PRODUCT", 10).await;
     assert_eq!(f.gateway.get("/api/products").await.status, Some(200));
-    assert_eq!(f.order(&id, 1, Some(&key())).await.status, Some(201));
+    f.placed(&id, 1).await;
     f.cluster.kill(Service::Product).await;
     assert_problem(&f.gateway.get("/api/products").await, 502, false);
     f.cluster.respawn(Service::Product).await.unwrap();
-    assert!(
-        eventually(Duration::from_secs(2), || async {
-            f.gateway.get("/api/products").await.status == Some(200)
-        })
-        .await,
-        "R(2 s)"
-    );
+    f.assert_reads_recover("/api/products", Duration::from_secs(2), "R(2 s)")
+        .await;
     assert!(
         f.orders_recover(&id, None, Duration::from_secs(3)).await,
         "order → product recovers"
@@ -115,9 +91,7 @@ async fn f6_postgres_restart_pool_recovers() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F6-PG", 500, 10).await.unwrap();
-    let id = product.id.to_string();
-    assert_eq!(f.order(&id, 1, Some(&key())).await.status, Some(201));
+    let id = f.seed_cached("F6-PG", 10).await;
     let proxy = f.cluster.proxy("order-postgres").await;
     proxy.set_enabled(false).await;
     let k = key();
@@ -140,21 +114,18 @@ async fn f6_redis_restart_is_invisible() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F6-REDIS", 500, 10).await.unwrap();
-    let id = product.id.to_string();
+    let id = f.seed("F6-REDIS", 10).await;
     let path = format!("/api/products/{id}");
     assert_eq!(f.gateway.get(&path).await.status, Some(200));
-    for edge in ["product-redis", "order-redis"] {
-        f.cluster.proxy(edge).await.set_enabled(false).await;
-    }
+    f.refuse(&REDIS_EDGES).await;
     assert_eq!(f.gateway.get(&path).await.status, Some(200));
-    assert_eq!(f.order(&id, 1, Some(&key())).await.status, Some(201));
-    for edge in ["product-redis", "order-redis"] {
+    f.placed(&id, 1).await;
+    for edge in REDIS_EDGES {
         f.cluster.proxy(edge).await.set_enabled(true).await;
     }
     for _ in 0..3 {
         assert_eq!(f.gateway.get(&path).await.status, Some(200));
-        assert_eq!(f.order(&id, 1, Some(&key())).await.status, Some(201));
+        f.placed(&id, 1).await;
     }
     f.cluster.stop().await;
 }

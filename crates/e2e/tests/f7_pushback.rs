@@ -27,8 +27,7 @@ use shopeasy_e2e::{
     Answer, Options,
     stub::{Canned, GrpcReply, ScriptedInventory, ScriptedStub, waits},
 };
-use support::{Fixture, assert_problem, key, order_body};
-use tokio::time::Instant;
+use support::{Fixture, assert_problem, key, order_body, order_id};
 
 /// Fast settings, with room for a 1 s wait: gateway activity 5 s; the
 /// edge's breaker needs 100 calls (it is not under test, and the cases
@@ -46,48 +45,31 @@ fn tweak(o: &mut Options) {
 /// Places an order through the gateway, optionally with the caller's
 /// deadline (`shopeasy-deadline-ms`).
 async fn place(f: &Fixture, product: &str, deadline_ms: Option<u64>) -> Answer {
-    let started = Instant::now();
-    let mut request = reqwest::Client::new()
-        .post(format!("{}/api/orders", f.cluster.gateway_url()))
-        .header("content-type", "application/json")
-        .header("idempotency-key", key())
-        .body(order_body(product, 1).to_string())
-        .timeout(Duration::from_secs(10));
-    if let Some(ms) = deadline_ms {
-        request = request.header("shopeasy-deadline-ms", ms.to_string());
-    }
-    let response = request.send().await.expect("the gateway answers");
-    let status = response.status().as_u16();
-    let headers = response
-        .headers()
+    let deadline = deadline_ms.map(|ms| ms.to_string());
+    let headers: Vec<(&str, &str)> = deadline
         .iter()
-        .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
+        .map(|ms| ("shopeasy-deadline-ms", ms.as_str()))
         .collect();
-    let body = response.bytes().await.expect("body").to_vec();
-    Answer {
-        status: Some(status),
-        headers,
-        body,
-        elapsed: started.elapsed(),
-        error: None,
-    }
-}
-
-/// The order id of a 201/202 answer.
-fn order_id(answer: &Answer) -> String {
-    answer.json()["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no order id: {}", answer.describe()))
-        .to_owned()
+    let answer = f
+        .gateway
+        .post_json_with(
+            "/api/orders",
+            &order_body(product, 1),
+            Some(&key()),
+            &headers,
+        )
+        .await;
+    assert!(
+        answer.error.is_none(),
+        "the gateway answers: {}",
+        answer.describe()
+    );
+    answer
 }
 
 /// `shopeasy_downstream_retries_total{target,outcome}` (process-wide).
 async fn retries(f: &Fixture, target: &str, outcome: &str) -> f64 {
-    f.counter(
-        "shopeasy_downstream_retries_total",
-        &[("target", target), ("outcome", outcome)],
-    )
-    .await
+    f.downstream_retries(target, outcome).await
 }
 
 /// order → inventory: `grpc-retry-pushback-ms` decides whether and when
@@ -97,8 +79,7 @@ async fn f7_order_inventory_pushback_is_honoured() {
     let Some(f) = Fixture::start(tweak).await else {
         return;
     };
-    let product = f.cluster.seed_product("F7-PUSH", 500, 100).await.unwrap();
-    let id = product.id.to_string();
+    let id = f.seed("F7-PUSH", 100).await;
     let redirect = |script: Vec<GrpcReply>| {
         let f = &f;
         async move {

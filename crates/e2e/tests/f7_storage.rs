@@ -21,16 +21,12 @@
 
 mod support;
 
-use std::{net::SocketAddr, time::Duration};
+use std::time::Duration;
 
 use serde_json::json;
-use shopeasy_e2e::{
-    Answer, Service,
-    client::{eventually, metric_sum},
-    pgwire::PgStub,
-    resp::RespStub,
-};
-use support::{Fixture, assert_problem, key};
+use shopeasy_e2e::{Answer, Service, pgwire::PgStub, resp::RespStub};
+use shopeasy_testkit::assert_eventually;
+use support::{Fixture, assert_answers, assert_problem, assert_problem_within, key};
 use tokio::time::Instant;
 
 /// L: the acquire timeout (0.5 s) + 100 ms, with slack for two loaded cores.
@@ -55,19 +51,6 @@ async fn orders_of(f: &Fixture, key: &str) -> i64 {
         .unwrap()
 }
 
-/// Points `edge`'s proxy at `stub` and returns where it forwarded before
-/// (to point it back with `f.cluster.redirect(edge, real)`).
-async fn stand_in(f: &Fixture, edge: &str, stub: SocketAddr) -> SocketAddr {
-    let upstream = f.cluster.proxy(edge).await.upstream().to_owned();
-    let real = tokio::net::lookup_host(upstream.as_str())
-        .await
-        .unwrap()
-        .next()
-        .unwrap();
-    f.cluster.redirect(edge, stub).await.unwrap();
-    real
-}
-
 /// A Postgres that fails every statement with a serialization failure.
 async fn serialization_failures() -> PgStub {
     PgStub::fail_statements(
@@ -78,11 +61,14 @@ async fn serialization_failures() -> PgStub {
     .unwrap()
 }
 
-/// A health endpoint's status.
-async fn health(f: &Fixture, service: Service, which: &str) -> u16 {
-    reqwest::get(format!("{}/health/{which}", f.cluster.admin_url(service)))
-        .await
-        .map_or(0, |r| r.status().as_u16())
+/// R then C1, once the real database is back: a keyed retry of `key`
+/// creates its order within 5 s, exactly one.
+async fn keyed_retry_recovers(f: &Fixture, product: &str, key: &str) {
+    assert_eventually(Duration::from_secs(5), "R(5 s)", async || {
+        order(f, product, 1, key).await.status == Some(201)
+    })
+    .await;
+    assert_eq!(orders_of(f, key).await, 1, "C1: one order for the key");
 }
 
 /// order → Postgres refusing every connection at startup with `code`.
@@ -90,25 +76,19 @@ async fn order_postgres_refuses_at_connect(code: &str, message: &str) {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f
-        .cluster
-        .seed_product(&format!("F7-PG-{code}"), 500, 10)
-        .await
-        .unwrap();
-    let id = product.id.to_string();
+    let id = f.seed(&format!("F7-PG-{code}"), 10).await;
     // Healthy first: the pool holds connections to the real database.
     assert_eq!(order(&f, &id, 1, &key()).await.status, Some(201));
     let stub = PgStub::refuse_startup(code, message).await.unwrap();
-    let real = stand_in(&f, "order-postgres", stub.addr()).await;
+    let real = f.stand_in("order-postgres", stub.addr()).await;
 
     let started = Instant::now();
-    assert_eq!(health(&f, Service::Order, "ready").await, 503, "not ready");
-    assert_eq!(health(&f, Service::Order, "live").await, 200, "still live");
+    assert_eq!(f.health(Service::Order, "ready").await, 503, "not ready");
+    assert_eq!(f.health(Service::Order, "live").await, 200, "still live");
     let k = key();
     for _ in 0..3 {
         let answer = order(&f, &id, 1, &k).await;
-        assert_problem(&answer, 503, true);
-        assert!(answer.elapsed < ACQUIRE_BOUND, "L: {}", answer.describe());
+        assert_problem_within(&answer, 503, true, ACQUIRE_BOUND);
     }
     let window = started.elapsed();
     let attempts = stub.connections();
@@ -129,21 +109,11 @@ async fn order_postgres_refuses_at_connect(code: &str, message: &str) {
     assert_eq!(orders_of(&f, &k).await, 0, "no partial rows");
 
     f.cluster.redirect("order-postgres", real).await.unwrap();
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            health(&f, Service::Order, "ready").await == 200
-        })
-        .await,
-        "ready again"
-    );
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            order(&f, &id, 1, &k).await.status == Some(201)
-        })
-        .await,
-        "R(5 s)"
-    );
-    assert_eq!(orders_of(&f, &k).await, 1, "C1: one order for the key");
+    assert_eventually(Duration::from_secs(5), "ready again", async || {
+        f.health(Service::Order, "ready").await == 200
+    })
+    .await;
+    keyed_retry_recovers(&f, &id, &k).await;
     f.cluster.stop().await;
 }
 
@@ -179,18 +149,17 @@ async fn f7_inventory_postgres_serialization_failure_is_retried_a_bounded_number
     else {
         return;
     };
-    let cached = f.cluster.seed_product("F7-40001-A", 500, 10).await.unwrap();
-    let uncached = f.cluster.seed_product("F7-40001-B", 500, 10).await.unwrap();
-    let (a, b) = (cached.id.to_string(), uncached.id.to_string());
+    let a = f.seed("F7-40001-A", 10).await;
+    let b = f.seed("F7-40001-B", 10).await;
     // Order A once: its stock is now in order's stock cache.
     assert_eq!(order(&f, &a, 1, &key()).await.status, Some(201));
     let stub = serialization_failures().await;
-    let real = stand_in(&f, "inventory-postgres", stub.addr()).await;
+    let real = f.stand_in("inventory-postgres", stub.addr()).await;
 
     let ka = key();
     let pending = order(&f, &a, 2, &ka).await;
     assert_eq!(pending.status, Some(202), "{}", pending.describe());
-    let order_id = pending.json()["id"].as_str().unwrap().to_owned();
+    let order_id = support::order_id(&pending);
     let reserves = stub.statements_containing("INSERT INTO reservations");
     println!(
         "40001 with a cached stock entry: {reserves} reservation transactions, {} transactions in all, in {:?}",
@@ -226,24 +195,20 @@ async fn f7_inventory_postgres_serialization_failure_is_retried_a_bounded_number
         .redirect("inventory-postgres", real)
         .await
         .unwrap();
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            f.order_status(&order_id).await.as_deref() == Some("confirmed")
-        })
-        .await,
-        "C8: pending → confirmed once Inventory's database is back"
-    );
+    f.assert_confirmed_within(
+        &order_id,
+        Duration::from_secs(10),
+        "C8: pending → confirmed once Inventory's database is back",
+    )
+    .await;
     assert_eq!(f.reserved_for(&order_id).await, 2, "C7: reserved once");
     let replay = order(&f, &a, 2, &ka).await;
     assert!(replay.replayed(), "{}", replay.describe());
     assert_eq!(replay.json()["id"], pending.json()["id"], "C9: same order");
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            order(&f, &b, 1, &kb).await.status == Some(201)
-        })
-        .await,
-        "R: B orders again"
-    );
+    assert_eventually(Duration::from_secs(5), "R: B orders again", async || {
+        order(&f, &b, 1, &kb).await.status == Some(201)
+    })
+    .await;
     assert_eq!(orders_of(&f, &ka).await, 1, "C1");
     assert_eq!(orders_of(&f, &kb).await, 1, "C1");
     f.cluster.stop().await;
@@ -258,30 +223,20 @@ async fn redis_answers_with(error: &str) {
         return;
     };
     let code = error.split(' ').next().unwrap_or_default().to_owned();
-    let product = f
-        .cluster
-        .seed_product(&format!("F7-REDIS-{code}"), 500, 1_000)
-        .await
-        .unwrap();
+    let id = f.seed(&format!("F7-REDIS-{code}"), 1_000).await;
     // Not yet in order's stock cache: the first order of each asks Redis.
     let mut fresh = Vec::new();
     for i in 0..FRESH {
-        let p = f
-            .cluster
-            .seed_product(&format!("F7-REDIS-{code}-{i}"), 500, 10)
-            .await
-            .unwrap();
-        fresh.push(p.id.to_string());
+        fresh.push(f.seed(&format!("F7-REDIS-{code}-{i}"), 10).await);
     }
-    let id = product.id.to_string();
     let path = format!("/api/products/{id}");
     assert_eq!(f.gateway.get(&path).await.status, Some(200));
     assert_eq!(order(&f, &id, 1, &key()).await.status, Some(201));
 
     let product_stub = RespStub::start(error).await.unwrap();
     let order_stub = RespStub::start(error).await.unwrap();
-    let real_product = stand_in(&f, "product-redis", product_stub.addr()).await;
-    let real_order = stand_in(&f, "order-redis", order_stub.addr()).await;
+    let real_product = f.stand_in("product-redis", product_stub.addr()).await;
+    let real_order = f.stand_in("order-redis", order_stub.addr()).await;
 
     // Requests for 2.5 s: the redirect broke each service's connection
     // (the first call fails on it and Redis rests for 1 s), so the calls
@@ -291,24 +246,14 @@ async fn redis_answers_with(error: &str) {
     while started.elapsed() < Duration::from_millis(2_500) {
         let before = product_stub.refused();
         let read = f.gateway.get(&path).await;
-        assert_eq!(read.status, Some(200), "{}", read.describe());
-        assert!(
-            read.elapsed < Duration::from_millis(500),
-            "{}",
-            read.describe()
-        );
+        assert_answers(&read, 200, Duration::from_millis(500));
         let per_read = product_stub.refused() - before;
         assert!(per_read <= 2, "read {rounds}: {per_read} Redis commands");
 
         let before = order_stub.refused();
         let product = fresh.get(rounds).unwrap_or(&id);
         let placed = order(&f, product, 1, &key()).await;
-        assert_eq!(placed.status, Some(201), "{}", placed.describe());
-        assert!(
-            placed.elapsed < Duration::from_secs(1),
-            "{}",
-            placed.describe()
-        );
+        assert_answers(&placed, 201, Duration::from_secs(1));
         let per_order = order_stub.refused() - before;
         assert!(per_order <= 2, "order {rounds}: {per_order} Redis commands");
         rounds += 1;
@@ -344,22 +289,8 @@ async fn redis_answers_with(error: &str) {
         .await
         .unwrap();
     f.cluster.redirect("order-redis", real_order).await.unwrap();
-    let hits = || async {
-        metric_sum(
-            &f.metrics(Service::Product).await,
-            "shopeasy_product_cache_requests_total",
-            &[("kind", "item"), ("result", "hit")],
-        )
-    };
-    let hits_before = hits().await;
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            assert_eq!(f.gateway.get(&path).await.status, Some(200));
-            hits().await > hits_before
-        })
-        .await,
-        "R: reads hit Redis again"
-    );
+    f.assert_product_cache_hits(&path, Duration::from_secs(5), "R: reads hit Redis again")
+        .await;
     f.cluster.stop().await;
 }
 
@@ -394,15 +325,10 @@ async fn f7_order_postgres_serialization_failure_is_503_and_bounded() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f
-        .cluster
-        .seed_product("F7-ORDER-40001", 500, 10)
-        .await
-        .unwrap();
-    let id = product.id.to_string();
+    let id = f.seed("F7-ORDER-40001", 10).await;
     assert_eq!(order(&f, &id, 1, &key()).await.status, Some(201));
     let stub = serialization_failures().await;
-    let real = stand_in(&f, "order-postgres", stub.addr()).await;
+    let real = f.stand_in("order-postgres", stub.addr()).await;
     let k = key();
     let answer = order(&f, &id, 1, &k).await;
     println!(
@@ -415,17 +341,9 @@ async fn f7_order_postgres_serialization_failure_is_503_and_bounded() {
         "bounded: {:#?}",
         stub.statements()
     );
-    assert_problem(&answer, 503, true);
-    assert!(answer.elapsed < ACQUIRE_BOUND, "L: {}", answer.describe());
+    assert_problem_within(&answer, 503, true, ACQUIRE_BOUND);
     assert_eq!(orders_of(&f, &k).await, 0, "no partial rows");
     f.cluster.redirect("order-postgres", real).await.unwrap();
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            order(&f, &id, 1, &k).await.status == Some(201)
-        })
-        .await,
-        "R(5 s)"
-    );
-    assert_eq!(orders_of(&f, &k).await, 1, "C1");
+    keyed_retry_recovers(&f, &id, &k).await;
     f.cluster.stop().await;
 }

@@ -107,8 +107,7 @@ async fn f7_order_inventory_retries_unavailable_only() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F7-INV", 500, 10).await.unwrap();
-    let id = product.id.to_string();
+    let id = f.seed("F7-INV", 10).await;
 
     let internal = GrpcStub::start(tonic::Code::Internal).await.unwrap();
     f.cluster

@@ -9,8 +9,8 @@ mod support;
 
 use std::{collections::BTreeMap, time::Duration};
 
-use shopeasy_e2e::{client::eventually, invariants};
-use support::{Fixture, assert_problem, key};
+use shopeasy_e2e::invariants;
+use support::{Fixture, assert_problem, assert_problem_within, key};
 
 /// product's Postgres down: a cached read is still 200; an uncached one is
 /// 503 fast (acquire timeout + ε).
@@ -19,26 +19,17 @@ async fn f8_product_postgres_down_cached_reads_still_answer() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let cached = f.cluster.seed_product("F8-CACHED", 500, 10).await.unwrap();
-    let path = format!("/api/products/{}", cached.id);
+    let cached = f.seed("F8-CACHED", 10).await;
+    let path = format!("/api/products/{cached}");
     assert_eq!(f.gateway.get(&path).await.status, Some(200));
-    f.cluster
-        .proxy("product-postgres")
-        .await
-        .set_enabled(false)
-        .await;
+    f.refuse(&["product-postgres"]).await;
     let read = f.gateway.get(&path).await;
     assert_eq!(read.status, Some(200), "cached: {}", read.describe());
     let uncached = f
         .gateway
         .get(&format!("/api/products/{}", uuid::Uuid::new_v4()))
         .await;
-    assert_problem(&uncached, 503, false);
-    assert!(
-        uncached.elapsed < Duration::from_millis(900),
-        "L: {}",
-        uncached.describe()
-    );
+    assert_problem_within(&uncached, 503, false, Duration::from_millis(900));
     f.cluster.stop().await;
 }
 
@@ -50,30 +41,14 @@ async fn f8_inventory_postgres_down_orders_wait_pending() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f.cluster.seed_product("F8-INV", 500, 10).await.unwrap();
-    let id = product.id.to_string();
-    assert_eq!(f.order(&id, 1, Some(&key())).await.status, Some(201));
-    f.cluster
-        .proxy("inventory-postgres")
-        .await
-        .set_enabled(false)
-        .await;
+    let id = f.seed_cached("F8-INV", 10).await;
+    f.refuse(&["inventory-postgres"]).await;
     let answer = f.order(&id, 2, Some(&key())).await;
-    assert_eq!(answer.status, Some(202), "{}", answer.describe());
-    assert!(
-        answer.elapsed < Duration::from_millis(900),
-        "L: {}",
-        answer.describe()
-    );
-    let order_id = answer.json()["id"].as_str().unwrap().to_owned();
+    support::assert_answers(&answer, 202, Duration::from_millis(900));
+    let order_id = support::order_id(&answer);
     f.cluster.heal().await;
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            f.order_status(&order_id).await.as_deref() == Some("confirmed")
-        })
-        .await,
-        "C8"
-    );
+    f.assert_confirmed_within(&order_id, Duration::from_secs(10), "C8")
+        .await;
     let initial = BTreeMap::from([(id, 10)]);
     let broken = invariants::stock_conservation(f.cluster.inventory_db(), &initial)
         .await
@@ -89,11 +64,7 @@ async fn f8_product_postgres_down_order_answers_503() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    f.cluster
-        .proxy("product-postgres")
-        .await
-        .set_enabled(false)
-        .await;
+    f.refuse(&["product-postgres"]).await;
     let answer = f
         .order(&uuid::Uuid::new_v4().to_string(), 1, Some(&key()))
         .await;

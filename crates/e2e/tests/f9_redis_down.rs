@@ -15,24 +15,14 @@ mod support;
 
 use std::{sync::Arc, time::Duration};
 
-use shopeasy_e2e::{Service, client::eventually, client::metric_sum};
-use shopeasy_faults::{Stream, Toxic, ToxicKind};
+use shopeasy_e2e::Service;
 use shopeasy_runtime::settings::Seconds;
+use shopeasy_testkit::{Metrics, assert_eventually};
 use support::{
-    ConnectionLog, Fixture, PRODUCT_BY_ID_SQL, PgTap, assert_redis_backoff, key, quantile,
-    redis_keys, seed_catalogue,
+    ConnectionLog, Fixture, PRODUCT_BY_ID_SQL, PgTap, REDIS_EDGES, assert_redis_backoff, key,
+    quantile, redis_keys, seed_catalogue, toxics::latency,
 };
 use tokio::time::Instant;
-
-fn latency(ms: u64) -> Toxic {
-    Toxic::new(
-        ToxicKind::Latency {
-            latency: ms,
-            jitter: 0,
-        },
-        Stream::Downstream,
-    )
-}
 
 /// Puts a [`PgTap`] between the `product-postgres` proxy and Postgres; the
 /// proxy restarts (closing the pool's connections, which the pool replaces
@@ -50,17 +40,12 @@ async fn tap_product_postgres(f: &Fixture) -> PgTap {
         .await
         .unwrap();
     let probe = seed_catalogue(&f.cluster, "F9-TAP", 1, 10).await[0];
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            f.gateway
-                .get(&format!("/api/products/{probe}"))
-                .await
-                .status
-                == Some(200)
-        })
-        .await,
-        "product reads work through the tap"
-    );
+    f.assert_reads_recover(
+        &format!("/api/products/{probe}"),
+        Duration::from_secs(5),
+        "product reads work through the tap",
+    )
+    .await;
     assert!(tap.executions(PRODUCT_BY_ID_SQL) >= 1, "the tap sees reads");
     tap
 }
@@ -99,11 +84,7 @@ async fn f9_redis_down_single_flight_makes_a_burst_one_query() {
         .await;
     let hot = seed_catalogue(&f.cluster, "F9-HOT", 1, 200).await[0];
     let path = format!("/api/products/{hot}");
-    f.cluster
-        .proxy("product-postgres")
-        .await
-        .add_toxic(latency(50))
-        .unwrap();
+    f.add_toxic("product-postgres", latency(50)).await;
 
     let mut per_burst = Vec::new();
     for _ in 0..2 {
@@ -145,7 +126,7 @@ async fn f9_redis_down_postgres_load_stays_within_the_pool() {
     // rest ends waits for the probe (the client's reconnect is in its
     // backoff), so that timeout is part of the p99 budget below.
     let Some(f) =
-        Fixture::start(|o| o.product.cache.redis_timeout_seconds = Seconds::new(0.2)).await
+        Fixture::start(|o| o.product.cache.redis.timeout_seconds = Seconds::new(0.2)).await
     else {
         return;
     };
@@ -158,8 +139,7 @@ async fn f9_redis_down_postgres_load_stays_within_the_pool() {
     for path in paths.iter() {
         assert_eq!(f.gateway.get(path).await.status, Some(200));
     }
-    let proxy = f.cluster.proxy("product-postgres").await;
-    proxy.add_toxic(latency(20)).unwrap();
+    let proxy = f.add_toxic("product-postgres", latency(20)).await;
 
     let load = |seconds: u64| {
         let (client, paths, proxy) = (f.gateway.clone(), paths.clone(), proxy.clone());
@@ -255,11 +235,10 @@ async fn f9_redis_down_postgres_load_stays_within_the_pool() {
 /// all results) and failed Redis calls of its stock cache
 /// (`shopeasy_stock_cache_l2_requests_total{result="error"}`).
 async fn stock_cache_counts(f: &Fixture) -> (f64, f64) {
-    let text = f.metrics(Service::Order).await;
+    let metrics = Metrics::parse(&f.metrics(Service::Order).await);
     (
-        metric_sum(&text, "shopeasy_stock_cache_requests_total", &[]),
-        metric_sum(
-            &text,
+        metrics.sum("shopeasy_stock_cache_requests_total", &[]),
+        metrics.sum(
             "shopeasy_stock_cache_l2_requests_total",
             &[("result", "error")],
         ),
@@ -279,34 +258,27 @@ async fn f9_redis_down_reconnects_with_backoff_and_recovers() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f
-        .cluster
-        .seed_product("F9-DIRECT", 500, 1_000)
-        .await
-        .unwrap();
-    let id = product.id.to_string();
+    let id = f.seed_cached("F9-DIRECT", 1_000).await;
     let path = format!("/api/products/{id}");
-    let warm = f.order(&id, 1, Some(&key())).await;
-    assert_eq!(warm.status, Some(201), "{}", warm.describe());
-    assert!(
-        eventually(Duration::from_secs(5), || async {
+    assert_eventually(
+        Duration::from_secs(5),
+        "the order service keeps stock in Redis before the fault",
+        async || {
             redis_keys(&format!("*stock:{id}"))
                 .await
                 .is_some_and(|k| k.len() == 1)
-        })
-        .await,
-        "the order service keeps stock in Redis before the fault"
-    );
+        },
+    )
+    .await;
     assert_eq!(f.gateway.get(&path).await.status, Some(200));
 
-    let edges = ["product-redis", "order-redis"];
+    let edges = REDIS_EDGES;
     let mut redis = Vec::new();
     let nowhere: std::net::SocketAddr = ([127, 0, 0, 1], shopeasy_testkit::free_port()).into();
     let mut logs = Vec::new();
     for edge in edges {
-        redis.push(f.cluster.proxy(edge).await.upstream().to_owned());
-        let proxy = f.cluster.redirect(edge, nowhere).await.unwrap();
-        logs.push(ConnectionLog::start(proxy));
+        redis.push(f.stand_in(edge, nowhere).await);
+        logs.push(ConnectionLog::start(f.cluster.proxy(edge).await));
     }
     let (lookups, l2_errors) = stock_cache_counts(&f).await;
     let (reads, orders, window) = f
@@ -336,49 +308,28 @@ async fn f9_redis_down_reconnects_with_backoff_and_recovers() {
 
     // Redis returns.
     for (edge, upstream) in edges.iter().zip(&redis) {
-        let addr = tokio::net::lookup_host(upstream.as_str())
-            .await
-            .unwrap()
-            .next()
-            .unwrap();
-        f.cluster.redirect(edge, addr).await.unwrap();
+        f.cluster.redirect(edge, *upstream).await.unwrap();
     }
     let returned = Instant::now();
-    let hits = metric_sum(
-        &f.metrics(Service::Product).await,
-        "shopeasy_product_cache_requests_total",
-        &[("result", "hit")],
-    );
-    assert!(
-        eventually(Duration::from_secs(15), || async {
-            f.gateway.get(&path).await.status == Some(200)
-                && metric_sum(
-                    &f.metrics(Service::Product).await,
-                    "shopeasy_product_cache_requests_total",
-                    &[("result", "hit")],
-                ) > hits
-        })
-        .await,
-        "R: the product cache hits again"
-    );
-    let product_back = returned.elapsed();
-    let fresh = f
-        .cluster
-        .seed_product("F9-BACK", 500, 10_000)
-        .await
-        .unwrap();
-    let fresh_id = fresh.id.to_string();
-    assert!(
-        eventually(Duration::from_secs(15), || async {
-            let placed = f.order(&fresh_id, 1, Some(&key())).await;
-            assert_eq!(placed.status, Some(201), "{}", placed.describe());
+    let product_back = f
+        .assert_product_cache_hits(
+            &path,
+            Duration::from_secs(15),
+            "R: the product cache hits again",
+        )
+        .await;
+    let fresh_id = f.seed("F9-BACK", 10_000).await;
+    assert_eventually(
+        Duration::from_secs(15),
+        "R: the order service writes stock to Redis again",
+        async || {
+            f.placed(&fresh_id, 1).await;
             redis_keys(&format!("*stock:{fresh_id}"))
                 .await
                 .is_some_and(|k| k.len() == 1)
-        })
-        .await,
-        "R: the order service writes stock to Redis again"
-    );
+        },
+    )
+    .await;
     println!(
         "Redis back: product cache hit after {product_back:?}, order stock in Redis after {:?}",
         returned.elapsed()
@@ -400,31 +351,26 @@ async fn f9_redis_reconnect_jitter_differs_between_clients() {
     let Some(f) = Fixture::start(|_| {}).await else {
         return;
     };
-    let product = f
-        .cluster
-        .seed_product("F9-JITTER", 500, 10_000)
-        .await
-        .unwrap();
-    let id = product.id.to_string();
+    let id = f.seed_cached("F9-JITTER", 10_000).await;
     let path = format!("/api/products/{id}");
-    assert_eq!(f.order(&id, 1, Some(&key())).await.status, Some(201));
     assert_eq!(f.gateway.get(&path).await.status, Some(200));
     let nowhere: std::net::SocketAddr = ([127, 0, 0, 1], shopeasy_testkit::free_port()).into();
     let mut logs = Vec::new();
-    for edge in ["product-redis", "order-redis"] {
+    for edge in REDIS_EDGES {
         logs.push(ConnectionLog::start(
             f.cluster.redirect(edge, nowhere).await.unwrap(),
         ));
     }
-    assert!(
-        eventually(Duration::from_secs(15), || async {
+    assert_eventually(
+        Duration::from_secs(15),
+        "both clients made five attempts",
+        async || {
             let _ = f.gateway.get(&path).await;
             let _ = f.order(&id, 1, Some(&key())).await;
             logs.iter().all(|l| l.offsets().len() >= 5)
-        })
-        .await,
-        "both clients made five attempts"
-    );
+        },
+    )
+    .await;
     let gaps: Vec<Vec<Duration>> = logs
         .iter()
         .map(|l| {

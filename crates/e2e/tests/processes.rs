@@ -43,15 +43,12 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use shopeasy_e2e::{
-    Answer, Client, Options,
-    client::{eventually, metric_sum},
-};
+use shopeasy_e2e::{Answer, Client, Options};
 use shopeasy_proto::inventory::v1::{
     SetStockRequest, inventory_service_client::InventoryServiceClient,
 };
 use shopeasy_runtime::settings::render;
-use shopeasy_testkit::TestDatabase;
+use shopeasy_testkit::{TestDatabase, eventually, metric_sum};
 use sqlx::PgPool;
 use support::{assert_problem, key};
 use tokio::{sync::Mutex, time::Instant};
@@ -382,16 +379,16 @@ impl System {
         let (prod, prod_admin) = (free_addr(), free_addr());
         let (ord, ord_admin) = (free_addr(), free_addr());
         let (gw, gw_admin) = (free_addr(), free_addr());
-        o.inventory.listen_addr = inv;
-        o.inventory.admin_addr = inv_admin;
-        o.product.listen_addr = prod;
-        o.product.admin_addr = prod_admin;
-        o.order.listen_addr = ord;
-        o.order.admin_addr = ord_admin;
+        o.inventory.process.listen_addr = inv;
+        o.inventory.process.admin_addr = inv_admin;
+        o.product.process.listen_addr = prod;
+        o.product.process.admin_addr = prod_admin;
+        o.order.process.listen_addr = ord;
+        o.order.process.admin_addr = ord_admin;
         o.order.inventory.url = format!("http://{inv}");
         o.order.product.url = format!("http://{prod}");
-        o.gateway.listen_addr = gw;
-        o.gateway.admin_addr = gw_admin;
+        o.gateway.process.listen_addr = gw;
+        o.gateway.process.admin_addr = gw_admin;
         o.gateway.routes.order_url = format!("http://{ord}");
         o.gateway.routes.product_url = format!("http://{prod}");
 

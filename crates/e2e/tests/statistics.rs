@@ -18,12 +18,9 @@ use std::{
     time::Duration,
 };
 
-use shopeasy_e2e::{
-    Client, Service,
-    client::{eventually, metric_sum},
-    stub::Stub,
-};
+use shopeasy_e2e::{Client, Options, Service, stub::Stub};
 use shopeasy_runtime::settings::{Seconds, common::RetryBudgetSettings};
+use shopeasy_testkit::{Metrics, eventually};
 use support::{Fixture, key, order_body};
 use tokio::{io::AsyncReadExt, net::TcpListener, time::Instant};
 use tokio_util::sync::CancellationToken;
@@ -36,14 +33,12 @@ const WINDOW_SECONDS: f64 = 60.0;
 
 /// Logical Product calls and retries made by the order service so far.
 async fn product_calls_and_retries(f: &Fixture) -> (f64, f64) {
-    let text = f.metrics(Service::Order).await;
-    let calls = metric_sum(
-        &text,
+    let metrics = Metrics::parse(&f.metrics(Service::Order).await);
+    let calls = metrics.sum(
         "shopeasy_downstream_request_duration_seconds_count",
         &[("target", "product")],
     );
-    let retried = metric_sum(
-        &text,
+    let retried = metrics.sum(
         "shopeasy_downstream_retries_total",
         &[("target", "product"), ("outcome", "retried")],
     );
@@ -53,13 +48,19 @@ async fn product_calls_and_retries(f: &Fixture) -> (f64, f64) {
 /// Replaces Product, behind the `order-product` proxy, by a stub answering
 /// every request 503 (retryable, a breaker failure); each request is one
 /// connection, so `Stub::requests` counts transport attempts exactly.
-async fn product_down(f: &Fixture) -> Stub {
+/// Returns the stub and a client of the order service itself (no gateway
+/// retries in between).
+async fn product_down(f: &Fixture) -> (Stub, Client) {
     let stub = Stub::start(503, &[], "down").await.unwrap();
     f.cluster
         .redirect("order-product", stub.addr())
         .await
         .unwrap();
-    stub
+    let order = Client::new(
+        format!("http://{}", f.cluster.addresses.order),
+        Duration::from_secs(10),
+    );
+    (stub, order)
 }
 
 /// Product fully down, breaker held closed (its minimum throughput raised
@@ -79,11 +80,7 @@ async fn amplification_with_the_breaker_closed_is_capped_by_the_budget() {
     else {
         return;
     };
-    let stub = product_down(&f).await;
-    let order = Client::new(
-        format!("http://{}", f.cluster.addresses.order),
-        Duration::from_secs(10),
-    );
+    let (stub, order) = product_down(&f).await;
     let (calls_before, retried_before) = product_calls_and_retries(&f).await;
     let attempts_before = stub.requests();
     let started = Instant::now();
@@ -127,11 +124,7 @@ async fn amplification_with_the_breaker_closed_is_capped_by_the_budget() {
         "amplification {amplification} > {bound}"
     );
     // The budget, not the policy, was the limit: retries were refused.
-    let refused = metric_sum(
-        &f.metrics(Service::Order).await,
-        "shopeasy_downstream_retries_total",
-        &[("target", "product"), ("outcome", "budget_exhausted")],
-    );
+    let refused = f.downstream_retries("product", "budget_exhausted").await;
     assert!(refused > 0.0, "the budget never refused a retry");
     assert!(
         retried >= f64::from(FLOOR),
@@ -157,11 +150,7 @@ async fn amplification_with_the_breaker_open_is_one_trial_per_break() {
     else {
         return;
     };
-    let stub = product_down(&f).await;
-    let order = Client::new(
-        format!("http://{}", f.cluster.addresses.order),
-        Duration::from_secs(10),
-    );
+    let (stub, order) = product_down(&f).await;
     let stop = CancellationToken::new();
     let load = {
         let (order, stop) = (order.clone(), stop.clone());
@@ -180,7 +169,7 @@ async fn amplification_with_the_breaker_open_is_one_trial_per_break() {
         })
     };
     assert!(
-        eventually(Duration::from_secs(10), || async {
+        eventually(Duration::from_secs(10), async || {
             f.breaker_state("product").await == "open"
         })
         .await,
@@ -221,6 +210,28 @@ async fn amplification_with_the_breaker_open_is_one_trial_per_break() {
 /// a GET).
 #[derive(Debug, Default)]
 struct Arrivals(Mutex<HashMap<String, Vec<Instant>>>);
+
+impl Arrivals {
+    /// The arrival times of `path` so far.
+    fn of(&self, path: &str) -> Vec<Instant> {
+        self.0
+            .lock()
+            .unwrap()
+            .get(path)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// Puts a recording stub in the place of `edge`'s upstream; returns what
+/// it records and the token that stops it.
+async fn record_arrivals(f: &Fixture, edge: &str) -> (Arc<Arrivals>, CancellationToken) {
+    let arrivals = Arc::new(Arrivals::default());
+    let stop = CancellationToken::new();
+    let stub = recording_stub(arrivals.clone(), stop.clone()).await;
+    f.cluster.redirect(edge, stub).await.unwrap();
+    (arrivals, stop)
+}
 
 /// Starts the recording stub; returns its address.
 async fn recording_stub(arrivals: Arc<Arrivals>, stop: CancellationToken) -> SocketAddr {
@@ -301,10 +312,7 @@ async fn first_retry_delays_of_100_clients_are_full_jitter() {
     else {
         return;
     };
-    let arrivals = Arc::new(Arrivals::default());
-    let stop = CancellationToken::new();
-    let stub = recording_stub(arrivals.clone(), stop.clone()).await;
-    f.cluster.redirect("gateway-order", stub).await.unwrap();
+    let (arrivals, stop) = record_arrivals(&f, "gateway-order").await;
 
     // Clients start 10 ms apart so a burst of 100 does not queue on two
     // cores (queueing delay between the two arrivals would be noise).
@@ -322,8 +330,7 @@ async fn first_retry_delays_of_100_clients_are_full_jitter() {
     for client in clients {
         let (path, answer) = client.await.unwrap();
         assert_eq!(answer.status, Some(502), "{}", answer.describe());
-        let times = arrivals.0.lock().unwrap().get(&path).cloned();
-        let times = times.unwrap_or_default();
+        let times = arrivals.of(&path);
         assert_eq!(times.len(), 2, "{path}: two attempts, got {}", times.len());
         gaps.push((times[1] - times[0]).as_secs_f64());
     }
@@ -369,14 +376,10 @@ async fn first_retry_delays_of_100_clients_are_full_jitter() {
 /// give D ≈ 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_reservation_retries_are_full_jitter() {
-    const ORDERS: usize = 100;
-    const BASE: f64 = 0.025;
     let Some(f) = Fixture::start(|o| {
-        let inv = &mut o.order.resilience.inventory;
         // Not under test: every reservation may retry, the breaker stays
         // closed, and the outbox worker waits until the run is over.
-        inv.minimum_calls = 10_000;
-        unbudgeted(&mut o.order.resilience.retry_budget);
+        every_order_call_may_retry(o);
         o.order.outbox.initial_backoff_seconds = Seconds::new(60.0);
         o.order.outbox.max_backoff_seconds = Seconds::new(60.0);
     })
@@ -384,8 +387,7 @@ async fn first_reservation_retries_are_full_jitter() {
     else {
         return;
     };
-    let product = f.cluster.seed_product("JITTER", 500, 1000).await.unwrap();
-    let id = product.id.to_string();
+    let id = f.seed("JITTER", 1000).await;
     let stub = shopeasy_e2e::stub::ScriptedInventory::start(
         1000,
         vec![shopeasy_e2e::stub::GrpcReply::Status(
@@ -430,20 +432,10 @@ async fn first_reservation_retries_are_full_jitter() {
 /// taken as that overhead and subtracted, as above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_product_retries_are_full_jitter() {
-    const ORDERS: usize = 100;
-    const BASE: f64 = 0.025;
-    let Some(f) = Fixture::start(|o| {
-        o.order.resilience.product.minimum_calls = 10_000;
-        unbudgeted(&mut o.order.resilience.retry_budget);
-    })
-    .await
-    else {
+    let Some(f) = Fixture::start(every_order_call_may_retry).await else {
         return;
     };
-    let arrivals = Arc::new(Arrivals::default());
-    let stop = CancellationToken::new();
-    let stub = recording_stub(arrivals.clone(), stop.clone()).await;
-    f.cluster.redirect("order-product", stub).await.unwrap();
+    let (arrivals, stop) = record_arrivals(&f, "order-product").await;
     let mut gaps = Vec::new();
     for _ in 0..ORDERS {
         // Known to Inventory, so the stock check passes and the order
@@ -460,14 +452,27 @@ async fn first_product_retries_are_full_jitter() {
             .await;
         assert_eq!(answer.status, Some(503), "{}", answer.describe());
         let path = format!("/api/products/{product}");
-        let times = arrivals.0.lock().unwrap().get(&path).cloned();
-        let times = times.unwrap_or_default();
+        let times = arrivals.of(&path);
         assert!(times.len() >= 2, "{path}: retried, got {}", times.len());
         gaps.push((times[1] - times[0]).as_secs_f64());
     }
     stop.cancel();
     assert_full_jitter("first product retries", &gaps, BASE);
     f.cluster.stop().await;
+}
+
+/// Orders in each of the order service's client jitter tests (n of the KS
+/// test), and the clients' backoff base (`Backoff::default`, 25 ms).
+const ORDERS: usize = 100;
+const BASE: f64 = 0.025;
+
+/// The order service's clients with their breakers held closed (minimum
+/// throughput out of reach) and an endless budget: every failed call is
+/// retried, so each order shows its clients' full retry schedule.
+fn every_order_call_may_retry(o: &mut Options) {
+    o.order.resilience.inventory.minimum_calls = 10_000;
+    o.order.resilience.product.minimum_calls = 10_000;
+    unbudgeted(&mut o.order.resilience.retry_budget);
 }
 
 /// A retry budget that never runs out (for tests of something else).

@@ -68,7 +68,7 @@ pub fn router(proxies: Proxies) -> Router {
                 .patch(update_toxic)
                 .delete(delete_toxic),
         )
-        .fallback(|| async { Problem::not_found() })
+        .fallback(|| async { Problem::no_route() })
         .with_state(proxies)
 }
 
@@ -220,8 +220,7 @@ impl IntoResponse for Error {
             tracing::error!(error = %message, "fault proxy API error");
         }
         let title = status.canonical_reason().unwrap_or("Error");
-        Problem::new(status, slug, title)
-            .detail(message.clone())
+        Problem::new(status, slug, title, message.clone())
             .extension("error", message)
             .into_response()
     }

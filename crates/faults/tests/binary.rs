@@ -1,10 +1,17 @@
 //! The `shopeasy-faults` binary: serves the API, stops with exit 0 on
-//! SIGTERM, and names the address when its port is taken.
+//! SIGTERM, names the address when its port is taken, and creates the
+//! proxies of a Toxiproxy config file at start (how compose declares one
+//! proxy per edge: deploy/faults/proxies.json).
 #![allow(clippy::unwrap_used)]
 
 use std::{process::Stdio, time::Duration};
 
-use tokio::{net::TcpListener, process::Command, time::Instant};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    process::Command,
+    time::Instant,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_shopeasy-faults");
 
@@ -63,4 +70,69 @@ async fn a_port_in_use_is_a_clear_error() {
     assert_eq!(output.status.code(), Some(1));
     let log = String::from_utf8_lossy(&output.stdout) + String::from_utf8_lossy(&output.stderr);
     assert!(log.contains(&addr), "the error names the address: {log}");
+}
+
+#[tokio::test]
+async fn creates_the_proxies_of_its_config_file_and_forwards_through_them() {
+    // The upstream: answers "pong" to whatever it is sent.
+    let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream_addr = upstream.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = upstream.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4];
+                if socket.read_exact(&mut buf).await.is_ok() {
+                    let _ = socket.write_all(b"pong").await;
+                }
+            });
+        }
+    });
+    let (api_port, proxy_port) = (free_port().await, free_port().await);
+    let dir = std::env::temp_dir().join(format!("shopeasy-faults-{api_port}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("proxies.json");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[{{"name": "order-inventory", "listen": "127.0.0.1:{proxy_port}", "upstream": "{upstream_addr}"}}]"#
+        ),
+    )
+    .unwrap();
+    let _child = Command::new(BIN)
+        .args(["--listen", &format!("127.0.0.1:{api_port}")])
+        .env("FAULTS_CONFIG", &config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+
+    let url = format!("http://127.0.0.1:{api_port}/proxies");
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let proxies = loop {
+        if let Ok(response) = http.get(&url).send().await {
+            break response.json::<serde_json::Value>().await.unwrap();
+        }
+        assert!(Instant::now() < deadline, "the API never came up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let edge = &proxies["order-inventory"];
+    assert_eq!(
+        edge["listen"],
+        format!("127.0.0.1:{proxy_port}"),
+        "{proxies}"
+    );
+    assert_eq!(edge["upstream"], upstream_addr.to_string());
+    assert_eq!(edge["enabled"], true);
+
+    let mut client = TcpStream::connect(("127.0.0.1", proxy_port)).await.unwrap();
+    client.write_all(b"ping").await.unwrap();
+    let mut answer = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut answer))
+        .await
+        .expect("an answer through the proxy")
+        .unwrap();
+    assert_eq!(&answer, b"pong");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,7 +8,8 @@ mod support;
 use std::{io::ErrorKind, time::Duration};
 
 use shopeasy_faults::{FaultProxy, ProxyConfig, Stream, Toxic, ToxicKind};
-use support::{connect, echo, eventually, read_to_end, round_trip, sender};
+use shopeasy_testkit::assert_eventually;
+use support::{connect, echo, read_to_end, round_trip, sender};
 use tokio::{io::AsyncWriteExt, net::TcpStream, time::Instant};
 
 const LIMIT: Duration = Duration::from_secs(5);
@@ -213,7 +214,10 @@ async fn down_refuses_new_connections_and_closes_open_ones() {
     assert_eq!(refused.unwrap_err().kind(), ErrorKind::ConnectionRefused);
     let (_, end) = read_to_end(&mut open, LIMIT).await;
     assert!(end.is_ok() || end.as_ref().is_err_and(|e| e.kind() != ErrorKind::TimedOut));
-    assert!(eventually(LIMIT, || proxy.open_connections() == 0).await);
+    assert_eventually(LIMIT, "every connection closed", async || {
+        proxy.open_connections() == 0
+    })
+    .await;
     let accepted = proxy.connections();
 
     proxy.set_enabled(true).await;

@@ -28,21 +28,21 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep, sleep_until};
 
 /// A boxed error, as bodies and tower use.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The exchange was silent for the activity timeout.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
 #[error("no bytes in either direction for the activity timeout")]
-pub struct Silent;
+pub(crate) struct Silent;
 
 /// The request body went over its cap.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
 #[error("the request body is over the limit")]
-pub struct TooLarge;
+pub(crate) struct TooLarge;
 
 /// The idle clock of one exchange.
 #[derive(Debug)]
-pub struct Activity {
+pub(crate) struct Activity {
     base: Instant,
     /// Nanoseconds after `base` of the last activity.
     last: AtomicU64,
@@ -51,7 +51,7 @@ pub struct Activity {
 
 impl Activity {
     /// A clock that expires after `timeout` of silence, starting now.
-    pub fn new(timeout: Duration) -> Self {
+    pub(crate) fn new(timeout: Duration) -> Self {
         Self {
             base: Instant::now(),
             last: AtomicU64::new(0),
@@ -60,18 +60,18 @@ impl Activity {
     }
 
     /// Records activity now.
-    pub fn touch(&self) {
+    pub(crate) fn touch(&self) {
         let since = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.last.store(since, Ordering::Relaxed);
     }
 
     /// When the exchange expires if nothing happens before.
-    pub fn deadline(&self) -> Instant {
+    pub(crate) fn deadline(&self) -> Instant {
         self.base + Duration::from_nanos(self.last.load(Ordering::Relaxed)) + self.timeout
     }
 
     /// Resolves once the exchange has been silent for the timeout.
-    pub async fn idle(&self) {
+    pub(crate) async fn idle(&self) {
         loop {
             let deadline = self.deadline();
             if Instant::now() >= deadline {
@@ -102,7 +102,7 @@ impl Activity {
 /// [`RequestBody`] (which writes it) and the proxy (which reads it when the
 /// timer fires or the upstream request fails).
 #[derive(Debug, Default)]
-pub struct ClientSide {
+pub(crate) struct ClientSide {
     waiting: AtomicBool,
     finished: AtomicBool,
     too_large: AtomicBool,
@@ -111,48 +111,51 @@ pub struct ClientSide {
 
 impl ClientSide {
     /// The body is unfinished and the last read is waiting for the client.
-    pub fn stalled(&self) -> bool {
+    pub(crate) fn stalled(&self) -> bool {
         self.waiting.load(Ordering::Relaxed) && !self.finished.load(Ordering::Relaxed)
     }
 
     /// The body went over its cap.
-    pub fn too_large(&self) -> bool {
+    pub(crate) fn too_large(&self) -> bool {
         self.too_large.load(Ordering::Relaxed)
     }
 
     /// The client's body ended abnormally (it went away).
-    pub fn failed(&self) -> bool {
+    pub(crate) fn failed(&self) -> bool {
         self.failed.load(Ordering::Relaxed)
     }
 }
 
-/// The client's request body on its way to the service.
+/// A body on its way through the gateway in either direction: one [`Body`]
+/// impl that feeds the exchange's [`Activity`] and tells its [`Watch`] what
+/// the inner body did; each direction's own work is in its watch.
 #[derive(Debug)]
-pub struct RequestBody<B> {
+pub(crate) struct Watched<B, W> {
     inner: B,
     activity: Arc<Activity>,
-    side: Arc<ClientSide>,
-    received: u64,
-    limit: u64,
+    watch: W,
 }
 
-impl<B> RequestBody<B> {
-    /// Wraps `inner`, failing it with [`TooLarge`] past `limit` bytes.
-    pub fn new(inner: B, activity: Arc<Activity>, side: Arc<ClientSide>, limit: u64) -> Self {
-        Self {
-            inner,
-            activity,
-            side,
-            received: 0,
-            limit,
-        }
-    }
+/// What one direction does as its body is read.
+pub(crate) trait Watch {
+    /// A frame came through (the activity clock is already touched); an
+    /// `Err` fails the body instead of passing the frame on.
+    fn on_frame(&mut self, frame: &Frame<Bytes>) -> Result<(), BoxError>;
+    /// The inner body has no frame yet; `Ready` fails the body with that
+    /// error.
+    fn on_pending(&mut self, activity: &Activity, cx: &mut Context<'_>) -> Poll<BoxError>;
+    /// The inner body ended, with its last frame or after it (may be called
+    /// twice).
+    fn on_finished(&mut self);
+    /// The inner body failed.
+    fn on_failed(&mut self);
 }
 
-impl<B> Body for RequestBody<B>
+impl<B, W> Body for Watched<B, W>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
+    W: Watch + Unpin,
 {
     type Data = Bytes;
     type Error = BoxError;
@@ -162,33 +165,28 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        let side = &this.side;
         match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Pending => {
-                side.waiting.store(true, Ordering::Relaxed);
-                Poll::Pending
-            }
             Poll::Ready(Some(Ok(frame))) => {
-                side.waiting.store(false, Ordering::Relaxed);
                 this.activity.touch();
-                if let Some(data) = frame.data_ref() {
-                    this.received += data.len() as u64;
-                    if this.received > this.limit {
-                        side.too_large.store(true, Ordering::Relaxed);
-                        return Poll::Ready(Some(Err(TooLarge.into())));
-                    }
+                if let Err(e) = this.watch.on_frame(&frame) {
+                    return Poll::Ready(Some(Err(e)));
+                }
+                if this.inner.is_end_stream() {
+                    this.watch.on_finished();
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
-                side.waiting.store(false, Ordering::Relaxed);
-                side.failed.store(true, Ordering::Relaxed);
+                this.watch.on_failed();
                 Poll::Ready(Some(Err(e.into())))
             }
             Poll::Ready(None) => {
-                side.waiting.store(false, Ordering::Relaxed);
-                side.finished.store(true, Ordering::Relaxed);
+                this.watch.on_finished();
                 Poll::Ready(None)
+            }
+            Poll::Pending => {
+                let error = ready!(this.watch.on_pending(&this.activity, cx));
+                Poll::Ready(Some(Err(error)))
             }
         }
     }
@@ -202,9 +200,70 @@ where
     }
 }
 
+/// The client's request body on its way to the service.
+pub(crate) type RequestBody<B> = Watched<B, RequestWatch>;
+
+/// The request side's watch: notes in [`ClientSide`] whether the exchange
+/// waits on the client, and enforces the body cap.
+#[derive(Debug)]
+pub(crate) struct RequestWatch {
+    side: Arc<ClientSide>,
+    received: u64,
+    limit: u64,
+}
+
+impl<B> RequestBody<B> {
+    /// Wraps `inner`, failing it with [`TooLarge`] past `limit` bytes.
+    pub(crate) fn new(
+        inner: B,
+        activity: Arc<Activity>,
+        side: Arc<ClientSide>,
+        limit: u64,
+    ) -> Self {
+        Self {
+            inner,
+            activity,
+            watch: RequestWatch {
+                side,
+                received: 0,
+                limit,
+            },
+        }
+    }
+}
+
+impl Watch for RequestWatch {
+    fn on_frame(&mut self, frame: &Frame<Bytes>) -> Result<(), BoxError> {
+        self.side.waiting.store(false, Ordering::Relaxed);
+        if let Some(data) = frame.data_ref() {
+            self.received += data.len() as u64;
+            if self.received > self.limit {
+                self.side.too_large.store(true, Ordering::Relaxed);
+                return Err(TooLarge.into());
+            }
+        }
+        Ok(())
+    }
+
+    fn on_pending(&mut self, _: &Activity, _: &mut Context<'_>) -> Poll<BoxError> {
+        self.side.waiting.store(true, Ordering::Relaxed);
+        Poll::Pending
+    }
+
+    fn on_finished(&mut self) {
+        self.side.waiting.store(false, Ordering::Relaxed);
+        self.side.finished.store(true, Ordering::Relaxed);
+    }
+
+    fn on_failed(&mut self) {
+        self.side.waiting.store(false, Ordering::Relaxed);
+        self.side.failed.store(true, Ordering::Relaxed);
+    }
+}
+
 /// How a forwarded response ended, for the request metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ending {
+pub(crate) enum Ending {
     /// Every byte reached the client.
     Completed,
     /// The service went silent after headers: the stream was aborted.
@@ -217,7 +276,7 @@ pub enum Ending {
 
 impl Ending {
     /// The `outcome` label.
-    pub fn outcome(self) -> &'static str {
+    pub(crate) fn outcome(self) -> &'static str {
         match self {
             Self::Completed => crate::observe::FORWARDED,
             Self::Aborted => "response_aborted",
@@ -228,9 +287,12 @@ impl Ending {
 }
 
 /// The service's response body on its way to the client.
-pub struct ResponseBody<B> {
-    inner: B,
-    activity: Arc<Activity>,
+pub(crate) type ResponseBody<B> = Watched<B, ResponseWatch>;
+
+/// The response side's watch: aborts the stream after the activity timeout
+/// of silence and reports, exactly once, how the exchange ended — also when
+/// the body is dropped unfinished.
+pub(crate) struct ResponseWatch {
     timer: Option<Pin<Box<Sleep>>>,
     on_end: Option<Box<dyn FnOnce(Ending) + Send>>,
     /// Empty from the start (204, 304, a HEAD answer): hyper writes the head
@@ -238,28 +300,32 @@ pub struct ResponseBody<B> {
     empty: bool,
 }
 
-impl<B> std::fmt::Debug for ResponseBody<B> {
+impl std::fmt::Debug for ResponseWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseBody").finish_non_exhaustive()
+        f.debug_struct("ResponseWatch").finish_non_exhaustive()
     }
 }
 
 impl<B: Body> ResponseBody<B> {
     /// Wraps `inner`; `on_end` is called exactly once with how it ended.
-    pub fn new(
+    pub(crate) fn new(
         inner: B,
         activity: Arc<Activity>,
         on_end: impl FnOnce(Ending) + Send + 'static,
     ) -> Self {
         Self {
-            empty: inner.is_end_stream(),
+            watch: ResponseWatch {
+                empty: inner.is_end_stream(),
+                timer: None,
+                on_end: Some(Box::new(on_end)),
+            },
             inner,
             activity,
-            timer: None,
-            on_end: Some(Box::new(on_end)),
         }
     }
+}
 
+impl ResponseWatch {
     fn end(&mut self, how: Ending) {
         if let Some(f) = self.on_end.take() {
             f(how);
@@ -267,61 +333,33 @@ impl<B: Body> ResponseBody<B> {
     }
 }
 
-impl<B> Body for ResponseBody<B>
-where
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
-{
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                this.activity.touch();
-                if this.inner.is_end_stream() {
-                    this.end(Ending::Completed);
-                }
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Ready(Some(Err(e))) => {
-                this.end(Ending::UpstreamFailed);
-                Poll::Ready(Some(Err(e.into())))
-            }
-            Poll::Ready(None) => {
-                this.end(Ending::Completed);
-                Poll::Ready(None)
-            }
-            Poll::Pending => {
-                ready!(this.activity.poll_idle(&mut this.timer, cx));
-                this.end(Ending::Aborted);
-                Poll::Ready(Some(Err(Silent.into())))
-            }
-        }
+impl Watch for ResponseWatch {
+    fn on_frame(&mut self, _: &Frame<Bytes>) -> Result<(), BoxError> {
+        Ok(())
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+    fn on_pending(&mut self, activity: &Activity, cx: &mut Context<'_>) -> Poll<BoxError> {
+        ready!(activity.poll_idle(&mut self.timer, cx));
+        self.end(Ending::Aborted);
+        Poll::Ready(Silent.into())
     }
 
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+    fn on_finished(&mut self) {
+        self.end(Ending::Completed);
+    }
+
+    fn on_failed(&mut self) {
+        self.end(Ending::UpstreamFailed);
     }
 }
 
-impl<B> Drop for ResponseBody<B> {
+impl Drop for ResponseWatch {
     fn drop(&mut self) {
-        if let Some(f) = self.on_end.take() {
-            f(if self.empty {
-                Ending::Completed
-            } else {
-                Ending::ClientGone
-            });
-        }
+        self.end(if self.empty {
+            Ending::Completed
+        } else {
+            Ending::ClientGone
+        });
     }
 }
 

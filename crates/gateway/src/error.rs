@@ -7,11 +7,11 @@ use http::{HeaderValue, StatusCode};
 use shopeasy_runtime::problem::Problem;
 
 /// The name the gateway gives itself in `Proxy-Status`.
-pub const PROXY_NAME: &str = "shopeasy-gateway";
+pub(crate) const PROXY_NAME: &str = "shopeasy-gateway";
 
 /// Everything that makes the gateway answer instead of the service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum ProxyError {
+pub(crate) enum ProxyError {
     /// No route serves the path.
     #[error("no route for this path")]
     NoRoute,
@@ -61,7 +61,7 @@ pub enum ProxyError {
 
 impl ProxyError {
     /// The status the caller gets.
-    pub fn status(self) -> StatusCode {
+    pub(crate) fn status(self) -> StatusCode {
         use ProxyError as E;
         match self {
             E::NoRoute => StatusCode::NOT_FOUND,
@@ -80,7 +80,7 @@ impl ProxyError {
     }
 
     /// The RFC 9209 §2.3 error type for `Proxy-Status`.
-    pub fn proxy_status(self) -> &'static str {
+    pub(crate) fn proxy_status(self) -> &'static str {
         use ProxyError as E;
         match self {
             E::NoRoute => "destination_not_found",
@@ -101,7 +101,7 @@ impl ProxyError {
     }
 
     /// The `outcome` label of the request metrics.
-    pub fn outcome(self) -> &'static str {
+    pub(crate) fn outcome(self) -> &'static str {
         use ProxyError as E;
         match self {
             E::NoRoute => "no_route",
@@ -122,7 +122,7 @@ impl ProxyError {
     /// A connection failure before any response byte: the request may be
     /// re-sent if it is safe to repeat (SPEC §6). Timeouts are not: a slow
     /// service is not helped by more load.
-    pub fn is_connection_failure(self) -> bool {
+    pub(crate) fn is_connection_failure(self) -> bool {
         matches!(
             self,
             Self::ConnectionRefused | Self::ConnectionFailed | Self::ConnectionTerminated
@@ -132,29 +132,28 @@ impl ProxyError {
     fn problem(self) -> Problem {
         use ProxyError as E;
         let status = self.status();
-        let problem = match self {
-            E::NoRoute => return Problem::not_found().detail("no route serves this path"),
-            E::DotSegment | E::AmbiguousFraming | E::ClientBody => {
-                return Problem::bad_request(self.to_string());
-            }
+        let detail = self.to_string();
+        match self {
+            E::NoRoute => Problem::not_found("no route serves this path"),
+            E::DotSegment | E::AmbiguousFraming | E::ClientBody => Problem::bad_request(detail),
             E::BodyTooLarge(limit) => {
-                return Problem::payload_too_large(usize::try_from(limit).unwrap_or(usize::MAX));
+                Problem::payload_too_large(usize::try_from(limit).unwrap_or(usize::MAX))
             }
             E::HeadersTooLarge(_) => Problem::new(
                 status,
                 "header-fields-too-large",
                 "Request headers too large",
+                detail,
             ),
-            E::ClientStalled => Problem::new(status, "request-timeout", "Request timeout"),
+            E::ClientStalled => Problem::new(status, "request-timeout", "Request timeout", detail),
             E::ConnectTimeout | E::ResponseTimeout | E::DeadlineExceeded => {
-                Problem::new(status, "gateway-timeout", "Gateway timeout")
+                Problem::new(status, "gateway-timeout", "Gateway timeout", detail)
             }
             E::ConnectionRefused | E::ConnectionFailed | E::ConnectionTerminated | E::Protocol => {
-                Problem::new(status, "bad-gateway", "Bad gateway")
+                Problem::new(status, "bad-gateway", "Bad gateway", detail)
             }
-            E::Internal => return Problem::internal(),
-        };
-        problem.detail(self.to_string())
+            E::Internal => Problem::internal(),
+        }
     }
 }
 

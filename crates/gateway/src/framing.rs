@@ -32,14 +32,14 @@ const MAX_LINE: usize = crate::server::MAX_BUF;
 
 /// One note per request head seen on a connection, in order.
 #[derive(Debug, Default)]
-pub struct FramingWatch {
+pub(crate) struct FramingWatch {
     heads: Mutex<VecDeque<bool>>,
 }
 
 impl FramingWatch {
     /// Whether the next request (in arrival order) had both
     /// `Content-Length` and `Transfer-Encoding`. Call once per request.
-    pub fn next_is_ambiguous(&self) -> bool {
+    pub(crate) fn next_is_ambiguous(&self) -> bool {
         self.heads
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -57,7 +57,7 @@ impl FramingWatch {
 
 /// A client connection whose reads are followed by a [`Scanner`].
 #[derive(Debug)]
-pub struct Sniffed<S> {
+pub(crate) struct Sniffed<S> {
     inner: S,
     scanner: Scanner,
     watch: std::sync::Arc<FramingWatch>,
@@ -65,7 +65,7 @@ pub struct Sniffed<S> {
 
 impl<S> Sniffed<S> {
     /// Watches `inner`, noting into `watch`.
-    pub fn new(inner: S, watch: std::sync::Arc<FramingWatch>) -> Self {
+    pub(crate) fn new(inner: S, watch: std::sync::Arc<FramingWatch>) -> Self {
         Self {
             inner,
             scanner: Scanner::default(),
@@ -146,7 +146,7 @@ enum State {
 
 /// Follows HTTP/1.1 request framing over a byte stream.
 #[derive(Debug, Default)]
-pub struct Scanner {
+pub(crate) struct Scanner {
     state: State,
     line: Vec<u8>,
     request_line_seen: bool,
@@ -157,7 +157,7 @@ pub struct Scanner {
 impl Scanner {
     /// Feeds `bytes`; `note` is called once per complete request head with
     /// whether it was ambiguous.
-    pub fn scan(&mut self, mut bytes: &[u8], note: &mut dyn FnMut(bool)) {
+    pub(crate) fn scan(&mut self, mut bytes: &[u8], note: &mut dyn FnMut(bool)) {
         while let Some((&b, rest)) = bytes.split_first() {
             match self.state {
                 State::Off => return,

@@ -10,11 +10,11 @@ use http::{HeaderMap, HeaderName, HeaderValue, header};
 use crate::error::ProxyError;
 
 /// `X-Forwarded-For`.
-pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 /// `X-Forwarded-Proto`.
-pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+pub(crate) const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 /// `X-Forwarded-Host`.
-pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+pub(crate) const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1,
 /// plus the obsolete `Proxy-Connection` and the proxy credentials of RFC 9110
@@ -32,7 +32,7 @@ const HOP_BY_HOP: [HeaderName; 9] = [
 ];
 
 /// Removes the hop-by-hop headers and every header named in `Connection`.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Most messages carry none of them: one pass comparing names, and no
     // hashing of nine absent names. (`Connection` is itself hop-by-hop, so
     // without one there are no named headers either.)
@@ -61,7 +61,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// # Errors
 /// [`ProxyError::AmbiguousFraming`] for `Content-Length` with
 /// `Transfer-Encoding`; [`ProxyError::HeadersTooLarge`].
-pub fn check_request(
+pub(crate) fn check_request(
     headers: &HeaderMap,
     target_len: usize,
     max_header_bytes: u64,
@@ -87,7 +87,7 @@ pub fn check_request(
 ///
 /// # Errors
 /// [`ProxyError::AmbiguousFraming`] when it is not a number.
-pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ProxyError> {
+pub(crate) fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ProxyError> {
     headers
         .get(header::CONTENT_LENGTH)
         .map(|v| {
@@ -101,7 +101,7 @@ pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ProxyError> {
 
 /// The `X-Forwarded-For` value for a peer (made once per client
 /// connection, then cloned per request without formatting).
-pub fn forwarded_for(peer: IpAddr) -> Option<HeaderValue> {
+pub(crate) fn forwarded_for(peer: IpAddr) -> Option<HeaderValue> {
     HeaderValue::from_str(&peer.to_string()).ok()
 }
 
@@ -109,7 +109,7 @@ pub fn forwarded_for(peer: IpAddr) -> Option<HeaderValue> {
 /// the edge and trusts no earlier value), `X-Forwarded-Proto` and
 /// `X-Forwarded-Host` (the host the client asked for), and drops `Host` so
 /// the client sets the service's.
-pub fn set_forwarded(
+pub(crate) fn set_forwarded(
     headers: &mut HeaderMap,
     peer: Option<HeaderValue>,
     host: Option<HeaderValue>,

@@ -2,142 +2,92 @@
 //! routes `/api/products*` to the product service and `/api/orders*` to the
 //! order service (SPEC §6), and never hangs its callers.
 //!
-//! How the pieces fit, from the socket inwards:
+//! What other crates use is re-exported here and nothing more: [`App`] (the
+//! service, bound and run by `shopeasy_runtime::lifecycle`) and its
+//! [`settings`] ([`GatewaySettings`]). Everything else is private to the
+//! crate; how the pieces fit, from the socket inwards:
 //!
-//! - [`App`] binds the public and admin listeners. The admin listener is
-//!   `shopeasy_runtime`'s; the public one is [`server`]'s HTTP/1.1 accept
-//!   loop, which hands every request to the [`proxy::Proxy`] tower service
-//!   and watches request framing ([`framing`]). Nothing else is served
-//!   there, so `/metrics`, `/health/*` and `/admin*` exist only on the
-//!   admin listener.
-//! - [`proxy`] runs one exchange: [`routes`] picks the service,
-//!   [`headers`] rewrites and checks headers, [`retry`] decides whether a
-//!   failed attempt is sent again, [`activity`] cuts off silence in either
-//!   direction, [`upstream`] is the pooled client with its connect timeout
-//!   and connection lifetime.
-//! - [`error::ProxyError`] is every way the gateway itself answers; its
+//! - [`App`] is the `shopeasy_runtime::lifecycle::Service`; the lifecycle
+//!   binds the public and admin listeners and serves the admin one. The
+//!   public one is served by `server`'s HTTP/1.1 accept
+//!   loop, which hands every request to the `proxy` and watches request
+//!   framing (`framing`). Nothing else is served there, so `/metrics`,
+//!   `/health/*` and `/admin*` exist only on the admin listener.
+//! - `proxy` runs one exchange as named phases (admit, prepare the head and
+//!   the body, send with retries, relay the response): `routes` picks the
+//!   service, `headers` rewrites and checks headers, `retry` decides whether
+//!   a failed attempt is sent again (through `shopeasy_resilience::decide`,
+//!   the retry decision every ShopEasy client makes), `activity` cuts off
+//!   silence in either direction, `upstream` is the pooled client with its
+//!   connect timeout and connection lifetime.
+//! - `error::ProxyError` is every way the gateway itself answers; its
 //!   `IntoResponse` is the one place those become problem+json responses
 //!   with a `Proxy-Status` header.
-//! - [`observe`] names the metrics; [`settings`] is the configuration.
+//! - `observe` names the metrics; [`settings`] is the configuration.
 
-pub mod activity;
-pub mod error;
-pub mod framing;
-pub mod headers;
-pub mod observe;
-pub mod proxy;
-pub mod retry;
-pub mod routes;
-pub mod server;
+mod activity;
+mod error;
+mod framing;
+mod headers;
+mod observe;
+mod proxy;
+mod retry;
+mod routes;
+mod server;
 pub mod settings;
-pub mod upstream;
-
-use std::net::SocketAddr;
+mod upstream;
 
 use shopeasy_resilience::registry::Registry;
 use shopeasy_runtime::{
     admin::Admin,
-    lifecycle::{self, DEFAULT_DRAIN},
-    settings::common::LogSettings,
+    lifecycle::{DEFAULT_DRAIN, Service},
 };
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use settings::GatewaySettings;
 
-/// The gateway, bound and ready to serve.
+/// The binary's name.
+pub const NAME: &str = shopeasy_runtime::topology::GATEWAY.binary;
+
+/// The gateway, built, ready to be bound and run by
+/// `shopeasy_runtime::lifecycle`.
 #[derive(Debug)]
 pub struct App {
-    public: TcpListener,
-    admin_listener: TcpListener,
-    local_addr: SocketAddr,
-    admin_addr: SocketAddr,
     proxy: proxy::Proxy,
-    admin: Admin,
     header_timeout: std::time::Duration,
 }
 
-impl App {
-    /// Binds both listeners (port 0 allowed) and builds the proxy.
+impl Service for App {
+    type Settings = GatewaySettings;
+    const NAME: &'static str = NAME;
+
+    /// Builds the proxy and reports its breakers and budgets.
     ///
     /// # Errors
-    /// When a listener cannot be bound or a route URL is invalid.
-    pub async fn build(settings: GatewaySettings) -> anyhow::Result<Self> {
+    /// When a route URL is invalid.
+    async fn build(settings: GatewaySettings, admin: &Admin) -> anyhow::Result<Self> {
         let proxy = proxy::Proxy::new(&settings)?;
-        let public = lifecycle::bind(settings.listen_addr, "public listener").await?;
-        let admin_listener = lifecycle::bind(settings.admin_addr, "admin listener").await?;
-        let admin = Admin::default();
         let registry = Registry::new();
         proxy.register(&registry);
         admin.report("resilience", move || registry.snapshot());
         Ok(Self {
-            local_addr: public.local_addr()?,
-            admin_addr: admin_listener.local_addr()?,
-            public,
-            admin_listener,
             proxy,
-            admin,
             header_timeout: settings.resilience.gateway.activity_timeout_seconds.get(),
         })
     }
 
-    /// The public listener's address.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
-    }
-
-    /// The admin listener's address.
-    pub fn admin_addr(&self) -> SocketAddr {
-        self.admin_addr
-    }
-
-    /// Serves both listeners until `shutdown` is cancelled, then drains.
-    ///
-    /// # Errors
-    /// When accepting connections fails.
-    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        tracing::info!(
-            public = %self.local_addr,
-            admin = %self.admin_addr,
-            "shopeasy-gateway listening"
-        );
-        let ((), admin) = tokio::join!(
-            server::serve(
-                self.public,
-                self.proxy,
-                self.header_timeout,
-                shutdown.clone(),
-                DEFAULT_DRAIN
-            ),
-            lifecycle::serve(
-                self.admin_listener,
-                self.admin.router(),
-                shutdown,
-                DEFAULT_DRAIN
-            ),
-        );
-        admin?;
+    /// The gateway's own HTTP/1.1 accept loop (not axum's: it watches
+    /// request framing), with its own bounded drain.
+    async fn serve(self, public: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+        server::serve(
+            public,
+            self.proxy,
+            self.header_timeout,
+            shutdown,
+            DEFAULT_DRAIN,
+        )
+        .await;
         Ok(())
-    }
-}
-
-impl lifecycle::Service for App {
-    type Settings = GatewaySettings;
-    const NAME: &'static str = "shopeasy-gateway";
-
-    fn log(settings: &GatewaySettings) -> &LogSettings {
-        &settings.log
-    }
-
-    fn otlp_endpoint(settings: &GatewaySettings) -> &str {
-        &settings.otel_exporter_otlp_endpoint
-    }
-
-    async fn build(settings: GatewaySettings) -> anyhow::Result<Self> {
-        App::build(settings).await
-    }
-
-    async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        App::run_until_stopped(self, shutdown).await
     }
 }

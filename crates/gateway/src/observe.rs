@@ -5,9 +5,9 @@
 //!   per caller request, recorded when it really ended (for a forwarded
 //!   response, when its body finished or was aborted — so an aborted stream
 //!   is its own `outcome`, `response_aborted`);
-//! - `shopeasy_gateway_retries_total{outcome}`: `retried`,
-//!   `success_after_retry`, `budget_exhausted`, `exhausted` (out of
-//!   attempts);
+//! - `shopeasy_gateway_retries_total{outcome}` ([`RetryOutcome`]):
+//!   `retried`, `success_after_retry`, `budget_exhausted`, `exhausted` (out
+//!   of attempts), `deadline` (the caller's deadline would pass first);
 //! - `shopeasy_downstream_request_duration_seconds{target,outcome}`: one
 //!   per attempt to a service (`outcome` is `response` or the error's).
 
@@ -15,15 +15,16 @@ use std::sync::OnceLock;
 
 use http::StatusCode;
 use metrics::{Counter, Histogram, Label};
+use shopeasy_resilience::decide::Refusal;
 use tokio::time::Instant;
 
 const REQUESTS_TOTAL: &str = "shopeasy_gateway_requests_total";
 const REQUEST_DURATION: &str = "shopeasy_gateway_request_duration_seconds";
 const ATTEMPT_DURATION: &str = "shopeasy_downstream_request_duration_seconds";
 /// The `outcome` of a response forwarded in full.
-pub const FORWARDED: &str = "forwarded";
+pub(crate) const FORWARDED: &str = "forwarded";
 /// The `outcome` of an attempt that got response headers.
-pub const RESPONSE: &str = "response";
+pub(crate) const RESPONSE: &str = "response";
 
 fn request_labels(route: &'static str, status: StatusCode, outcome: &'static str) -> Vec<Label> {
     // Static strings are borrowed, not copied, into the labels.
@@ -35,19 +36,51 @@ fn request_labels(route: &'static str, status: StatusCode, outcome: &'static str
 }
 
 /// Records one finished caller request.
-pub fn request(route: &'static str, status: StatusCode, outcome: &'static str, started: Instant) {
+pub(crate) fn request(
+    route: &'static str,
+    status: StatusCode,
+    outcome: &'static str,
+    started: Instant,
+) {
     let labels = request_labels(route, status, outcome);
     metrics::counter!(REQUESTS_TOTAL, labels.clone()).increment(1);
     metrics::histogram!(REQUEST_DURATION, labels).record(started.elapsed().as_secs_f64());
 }
 
+/// A `shopeasy_gateway_retries_total` outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RetryOutcome {
+    /// A retry was made.
+    Retried,
+    /// A request got its response after one or more retries.
+    SuccessAfterRetry,
+    /// A retry was wanted but refused.
+    Refused(Refusal),
+}
+
+impl RetryOutcome {
+    /// The label value. The gateway's metric keeps the names dashboards
+    /// and SPEC §9 know (`exhausted`, `deadline`), which predate the
+    /// downstream vocabulary (`attempts_exhausted`, `deadline_exhausted`)
+    /// of `shopeasy_resilience::outcome`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Retried => "retried",
+            Self::SuccessAfterRetry => "success_after_retry",
+            Self::Refused(Refusal::AttemptsExhausted) => "exhausted",
+            Self::Refused(Refusal::DeadlineExhausted) => "deadline",
+            Self::Refused(Refusal::BudgetExhausted) => "budget_exhausted",
+        }
+    }
+}
+
 /// Counts a retry decision.
-pub fn retry(outcome: &'static str) {
-    metrics::counter!("shopeasy_gateway_retries_total", "outcome" => outcome).increment(1);
+pub(crate) fn retry(outcome: RetryOutcome) {
+    metrics::counter!("shopeasy_gateway_retries_total", "outcome" => outcome.as_str()).increment(1);
 }
 
 /// Records one attempt to a service, up to its response headers.
-pub fn attempt(target: &'static str, outcome: &'static str, started: Instant) {
+pub(crate) fn attempt(target: &'static str, outcome: &'static str, started: Instant) {
     metrics::histogram!(
         ATTEMPT_DURATION,
         "target" => target,
@@ -64,7 +97,7 @@ pub fn attempt(target: &'static str, outcome: &'static str, started: Instant) {
 /// then) and every later request only bumps them. Anything else goes through
 /// the free functions above.
 #[derive(Debug)]
-pub struct RouteMetrics {
+pub(crate) struct RouteMetrics {
     route: &'static str,
     /// Indexed by `status - 100`.
     forwarded: Box<[OnceLock<(Counter, Histogram)>]>,
@@ -73,7 +106,7 @@ pub struct RouteMetrics {
 
 impl RouteMetrics {
     /// Empty handles for `route`.
-    pub fn new(route: &'static str) -> Self {
+    pub(crate) fn new(route: &'static str) -> Self {
         Self {
             route,
             forwarded: (100..600).map(|_| OnceLock::new()).collect(),
@@ -82,7 +115,7 @@ impl RouteMetrics {
     }
 
     /// As [`request`], for this route.
-    pub fn request(&self, status: StatusCode, outcome: &'static str, started: Instant) {
+    pub(crate) fn request(&self, status: StatusCode, outcome: &'static str, started: Instant) {
         let slot = usize::from(status.as_u16())
             .checked_sub(100)
             .and_then(|i| self.forwarded.get(i));
@@ -103,7 +136,7 @@ impl RouteMetrics {
     }
 
     /// As [`attempt`], for this route.
-    pub fn attempt(&self, outcome: &'static str, started: Instant) {
+    pub(crate) fn attempt(&self, outcome: &'static str, started: Instant) {
         if outcome == RESPONSE {
             self.attempt_ok
                 .get_or_init(|| {
@@ -117,5 +150,32 @@ impl RouteMetrics {
         } else {
             attempt(self.route, outcome, started);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_outcomes_keep_the_gateways_label_names() {
+        let labels = [
+            RetryOutcome::Retried,
+            RetryOutcome::SuccessAfterRetry,
+            RetryOutcome::Refused(Refusal::AttemptsExhausted),
+            RetryOutcome::Refused(Refusal::DeadlineExhausted),
+            RetryOutcome::Refused(Refusal::BudgetExhausted),
+        ]
+        .map(RetryOutcome::as_str);
+        assert_eq!(
+            labels,
+            [
+                "retried",
+                "success_after_retry",
+                "exhausted",
+                "deadline",
+                "budget_exhausted"
+            ]
+        );
     }
 }

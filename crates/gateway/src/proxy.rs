@@ -1,36 +1,36 @@
-//! The proxy service: one caller request in, one response out, never a hang.
+//! The proxy: one caller request in, one response out, never a hang.
 //!
-//! Read top to bottom, a request goes through:
+//! [`Shared::handle`] routes the request and records how it ended;
+//! [`Shared::forward`] reads as its phases, one small function each:
 //!
-//! 1. routing ([`RouteTable`]) — nothing outside `/api/products*` and
-//!    `/api/orders*` is forwarded;
-//! 2. checks before anything is sent — framing, header and body caps;
-//! 3. header rewriting ([`headers`]) — hop-by-hop out, `X-Forwarded-*` in,
-//!    the trace context and the caller's remaining deadline on;
-//! 4. the body — empty, buffered (a keyed POST that may be re-sent) or
-//!    streamed ([`RequestBody`]);
-//! 5. attempts ([`RetryPolicy`]) — each raced against the shared
-//!    [`Activity`] timer and the caller's deadline; only connection failures
-//!    of replayable requests are retried;
-//! 6. the response — hop-by-hop out, body wrapped in a [`ResponseBody`] that
-//!    aborts on silence and records the request when it really ends.
+//! 1. **admit** ([`Shared::admit`]) — checks before anything is sent:
+//!    framing and route (in `handle`), header and body caps;
+//! 2. **prepare the head** ([`prepare_head`]) — hop-by-hop out,
+//!    `X-Forwarded-*` in, the trace context on; the caller's remaining
+//!    deadline is written per attempt;
+//! 3. **prepare the body** ([`Shared::request_body`]) — empty, buffered (a
+//!    keyed POST that may be re-sent) or streamed, as [`Replay`] says;
+//! 4. **send with retries** ([`Shared::send_with_retries`]) — each
+//!    [`Shared::attempt`] races the shared [`Activity`] timer and the
+//!    caller's deadline; [`Retries`] asks the retry decision, counts it and
+//!    sleeps the backoff (only connection failures of replayable requests
+//!    are retried);
+//! 5. **relay the response** ([`relay`]) — hop-by-hop out, body wrapped in a
+//!    [`ResponseBody`] that aborts on silence and records the request when
+//!    it really ends.
 //!
 //! Every failure is a [`ProxyError`], turned into a response in one place
-//! (its `IntoResponse`).
+//! (its `IntoResponse`). The phases are plain `async fn`s awaited in line:
+//! no boxed future and no allocation beyond the exchange's two shared
+//! cells and what hyper needs.
 
-use std::{
-    convert::Infallible,
-    future::Future,
-    pin::Pin,
-    sync::Arc,
-    task::{Context, Poll},
-    time::Duration,
-};
+use std::{convert::Infallible, future::Future, sync::Arc, time::Duration};
 
 use axum::{body::Body, response::IntoResponse};
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, Version, header, request::Parts};
+use http::{HeaderValue, Method, Request, Response, Version, header, request::Parts};
 use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
 use shopeasy_resilience::{
     backoff::{Backoff, Jitter},
     budget::{BudgetConfig, RetryBudget},
@@ -46,19 +46,19 @@ use crate::{
     error::ProxyError,
     headers,
     observe::{self, RouteMetrics},
-    retry::{Decision, Replay, RetryPolicy},
+    retry::{Replay, Retries, RetryPolicy},
     routes::{NoRoute, RouteTable},
     server::ClientConnection,
     settings::GatewaySettings,
-    upstream::{self, Origin, Pooled, UpstreamBody},
+    upstream::{self, Origin, Pooled, UpstreamBody, UpstreamError},
 };
 
 /// Longest backoff between two retries.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
-/// The proxy as a tower service (cheap to clone: one `Arc`).
+/// The proxy, as the listener calls it (cheap to clone: one `Arc`).
 #[derive(Debug, Clone)]
-pub struct Proxy {
+pub(crate) struct Proxy {
     shared: Arc<Shared>,
 }
 
@@ -78,7 +78,7 @@ impl Proxy {
     ///
     /// # Errors
     /// When a route URL cannot be parsed.
-    pub fn new(settings: &GatewaySettings) -> anyhow::Result<Self> {
+    pub(crate) fn new(settings: &GatewaySettings) -> anyhow::Result<Self> {
         let routes = RouteTable::new(&settings.routes)?;
         let g = &settings.resilience.gateway;
         let b = &settings.resilience.retry_budget;
@@ -122,7 +122,7 @@ impl Proxy {
     }
 
     /// Registers each route's retry budget for `/admin/resilience`.
-    pub fn register(&self, registry: &Registry) {
+    pub(crate) fn register(&self, registry: &Registry) {
         for lane in &self.shared.lanes {
             registry.budget(lane.name, lane.policy.budget());
         }
@@ -130,7 +130,7 @@ impl Proxy {
 
     /// Serves one request that came on `connection` (what the listener
     /// calls: no boxing, no request extension per request).
-    pub fn serve<B>(
+    pub(crate) fn serve<B>(
         &self,
         connection: Arc<ClientConnection>,
         request: Request<B>,
@@ -140,7 +140,7 @@ impl Proxy {
         B::Error: Into<BoxError>,
     {
         let shared = self.shared.clone();
-        async move { Ok(shared.handle(Some(&connection), request).await) }
+        async move { Ok(shared.handle(&connection, request).await) }
     }
 }
 
@@ -156,63 +156,18 @@ struct Lane {
     origin: Arc<Origin>,
 }
 
-impl<B> tower::Service<Request<B>> for Proxy
-where
-    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
-    B::Error: Into<BoxError>,
-{
-    type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        // Every request is bounded by the activity timeout; the listener's
-        // accept loop is the only queue.
-        Poll::Ready(Ok(()))
-    }
-
-    /// For embedding: the client connection's details, if any, come from
-    /// a [`ClientConnection`] request extension.
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        let shared = self.shared.clone();
-        let connection = request.extensions().get::<ClientConnection>().cloned();
-        Box::pin(async move { Ok(shared.handle(connection.as_ref(), request).await) })
-    }
-}
-
 impl Shared {
-    async fn handle<B>(
-        &self,
-        connection: Option<&ClientConnection>,
-        request: Request<B>,
-    ) -> Response<Body>
+    async fn handle<B>(&self, connection: &ClientConnection, request: Request<B>) -> Response<Body>
     where
         B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: Into<BoxError>,
     {
         let started = Instant::now();
-        // One framing note per request, taken first so notes stay in step.
-        if connection.is_some_and(|c| c.framing.next_is_ambiguous()) {
-            return fail("unmatched", ProxyError::AmbiguousFraming, started);
-        }
-        let lane = match self.routes.resolve(request.uri().path()) {
-            Ok(route) => self.lane(route.name),
-            Err(no) => {
-                let error = match no {
-                    NoRoute::NotFound => ProxyError::NoRoute,
-                    NoRoute::DotSegment => ProxyError::DotSegment,
-                };
-                return fail("unmatched", error, started);
-            }
+        let lane = match self.route(connection, request.uri().path()) {
+            Ok(lane) => lane,
+            Err(error) => return fail("unmatched", error, started),
         };
-        let span = tracing::info_span!(
-            "gateway.request",
-            otel.kind = "server",
-            route = lane.name,
-            http.request.method = %request.method(),
-            http.response.status_code = tracing::field::Empty,
-            retries = tracing::field::Empty,
-        );
+        let span = request_span(lane.name, request.method());
         // With no subscriber interested (the usual `warn` level), skip the
         // trace-context work altogether: there is no span to parent or send.
         let traced = !span.is_disabled();
@@ -225,28 +180,36 @@ impl Shared {
             started,
             armed: true,
         };
-        let peer = connection.and_then(|c| c.forwarded_for.clone());
+        let peer = connection.forwarded_for.clone();
         let result = self
             .forward(lane, peer, request, started, traced)
             .instrument(span.clone())
             .await;
         waiting.armed = false;
-        match result {
-            Ok(response) => {
-                if traced {
-                    span.record("http.response.status_code", response.status().as_u16());
-                }
-                response
-            }
-            Err(error) => {
-                if traced {
-                    span.record("http.response.status_code", error.status().as_u16());
-                }
-                fail(lane.name, error, started)
-            }
+        let status = match &result {
+            Ok(response) => response.status(),
+            Err(error) => error.status(),
+        };
+        if traced {
+            span.record("http.response.status_code", status.as_u16());
+        }
+        result.unwrap_or_else(|error| fail(lane.name, error, started))
+    }
+
+    /// The route's lane, after the connection's framing note for this
+    /// request (taken first, so notes stay in step with requests).
+    fn route(&self, connection: &ClientConnection, path: &str) -> Result<&Lane, ProxyError> {
+        if connection.framing.next_is_ambiguous() {
+            return Err(ProxyError::AmbiguousFraming);
+        }
+        match self.routes.resolve(path) {
+            Ok(route) => Ok(self.lane(route.name)),
+            Err(NoRoute::NotFound) => Err(ProxyError::NoRoute),
+            Err(NoRoute::DotSegment) => Err(ProxyError::DotSegment),
         }
     }
 
+    /// One routed exchange, phase by phase (see the module docs).
     async fn forward<B>(
         &self,
         lane: &Lane,
@@ -260,137 +223,71 @@ impl Shared {
         B::Error: Into<BoxError>,
     {
         let (mut parts, body) = request.into_parts();
+        let has_body = self.admit(&parts)?;
+        let replay = Replay::of(&parts.method, &parts.headers, has_body);
+        let deadline = Deadline::from_headers(&parts.headers);
+        prepare_head(&mut parts, peer, traced);
+        let exchange = Exchange::new(self.activity_timeout);
+        let body = self
+            .request_body(body, replay, has_body, &exchange, deadline)
+            .await?;
+        let mut outbound = Outbound { parts, body };
+        let (response, pooled) = self
+            .send_with_retries(lane, &mut outbound, replay, &exchange, deadline)
+            .await?;
+        Ok(relay(
+            response,
+            pooled,
+            lane.metrics.clone(),
+            exchange.activity,
+            started,
+        ))
+    }
+
+    /// Phase 1: the header and body caps. Says whether the request has a
+    /// body (HTTP/1.1: without `Content-Length` or `Transfer-Encoding` it
+    /// has none).
+    fn admit(&self, parts: &Parts) -> Result<bool, ProxyError> {
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         headers::check_request(&parts.headers, target.len(), self.max_header_bytes)?;
         let declared = headers::content_length(&parts.headers)?;
         if declared.is_some_and(|n| n > self.max_body_bytes) {
             return Err(ProxyError::BodyTooLarge(self.max_body_bytes));
         }
-        // HTTP/1.1: without either header there is no body.
         let has_body = declared.is_some_and(|n| n > 0)
             || parts.headers.contains_key(header::TRANSFER_ENCODING);
-        let replay = Replay::of(&parts.method, &parts.headers, has_body);
-        let deadline = Deadline::from_headers(&parts.headers);
-        prepare_headers(&mut parts, peer, traced);
-        parts.version = Version::HTTP_11;
+        Ok(has_body)
+    }
 
-        let activity = Arc::new(Activity::new(self.activity_timeout));
-        let client = Arc::new(ClientSide::default());
-        let mut outgoing = match replay {
+    /// Phase 3: the body every attempt sends, as `replay` says.
+    async fn request_body<B>(
+        &self,
+        body: B,
+        replay: Replay,
+        has_body: bool,
+        exchange: &Exchange,
+        deadline: Option<Deadline>,
+    ) -> Result<Outgoing, ProxyError>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: Into<BoxError>,
+    {
+        Ok(match replay {
             Replay::Bodiless => Outgoing::Replayable(Bytes::new()),
-            Replay::Buffered => {
-                Outgoing::Replayable(self.buffer(body, &activity, &client, deadline).await?)
-            }
+            Replay::Buffered => Outgoing::Replayable(self.buffer(body, exchange, deadline).await?),
             Replay::Never if !has_body => {
                 Outgoing::Once(Empty::new().map_err(|e| match e {}).boxed_unsync())
             }
             Replay::Never => Outgoing::Once(
-                RequestBody::new(body, activity.clone(), client.clone(), self.max_body_bytes)
-                    .boxed_unsync(),
+                RequestBody::new(
+                    body,
+                    exchange.activity.clone(),
+                    exchange.client.clone(),
+                    self.max_body_bytes,
+                )
+                .boxed_unsync(),
             ),
-        };
-
-        let policy = &lane.policy;
-        let metrics = &lane.metrics;
-        policy.deposit();
-        let mut retries = 0u32;
-        let mut previous_delay = Duration::ZERO;
-        loop {
-            let Some(body) = outgoing.next() else {
-                tracing::error!("a streamed request body was about to be sent twice");
-                return Err(ProxyError::Internal);
-            };
-            // A request that can never be re-sent takes the parts themselves.
-            let attempt_parts = match outgoing {
-                Outgoing::Spent => {
-                    let mut spent = std::mem::replace(&mut parts, empty_parts());
-                    spent.extensions.clear();
-                    spent
-                }
-                _ => clone_parts(&parts),
-            };
-            let mut attempt = Request::from_parts(attempt_parts, body);
-            if let Some(d) = deadline {
-                if d.is_expired() {
-                    return Err(ProxyError::DeadlineExceeded);
-                }
-                d.write_http(attempt.headers_mut());
-            }
-            let sent = Instant::now();
-            activity.touch();
-            let result = tokio::select! {
-                r = lane.origin.request(attempt) => r,
-                () = activity.idle() => {
-                    let error = if client.stalled() {
-                        ProxyError::ClientStalled
-                    } else {
-                        ProxyError::ResponseTimeout
-                    };
-                    metrics.attempt(error.outcome(), sent);
-                    return Err(error);
-                }
-                () = until(deadline) => {
-                    metrics.attempt(ProxyError::DeadlineExceeded.outcome(), sent);
-                    return Err(ProxyError::DeadlineExceeded);
-                }
-            };
-            let error = match result {
-                Ok((response, pooled)) => {
-                    metrics.attempt(observe::RESPONSE, sent);
-                    if retries > 0 {
-                        observe::retry("success_after_retry");
-                        tracing::Span::current().record("retries", retries);
-                    }
-                    return Ok(respond(
-                        response,
-                        pooled,
-                        metrics.clone(),
-                        activity,
-                        started,
-                    ));
-                }
-                Err(e) => {
-                    let error = if client.too_large() {
-                        ProxyError::BodyTooLarge(self.max_body_bytes)
-                    } else if client.failed() {
-                        ProxyError::ClientBody
-                    } else {
-                        upstream::classify(&e)
-                    };
-                    tracing::debug!(
-                        error = %upstream::error_chain(&e),
-                        retries,
-                        "attempt to {} failed",
-                        lane.name
-                    );
-                    metrics.attempt(error.outcome(), sent);
-                    error
-                }
-            };
-            let remaining = deadline.map(Deadline::remaining);
-            let decision = policy.decide(
-                replay,
-                error,
-                retries,
-                previous_delay,
-                remaining,
-                &mut rand::rng(),
-            );
-            match decision {
-                Decision::Retry(delay) => {
-                    observe::retry("retried");
-                    tokio::time::sleep(delay).await;
-                    retries += 1;
-                    previous_delay = delay;
-                }
-                Decision::GiveUp(why) => {
-                    if let Some(why) = why {
-                        observe::retry(why);
-                    }
-                    return Err(error);
-                }
-            }
-        }
+        })
     }
 
     /// Reads a body that may have to be sent more than once, under the
@@ -398,8 +295,7 @@ impl Shared {
     async fn buffer<B>(
         &self,
         body: B,
-        activity: &Arc<Activity>,
-        client: &Arc<ClientSide>,
+        exchange: &Exchange,
         deadline: Option<Deadline>,
     ) -> Result<Bytes, ProxyError>
     where
@@ -407,15 +303,94 @@ impl Shared {
         B::Error: Into<BoxError>,
     {
         let limit = self.max_buffered_body_bytes;
-        let body = RequestBody::new(body, activity.clone(), client.clone(), limit);
+        let client = &exchange.client;
+        let body = RequestBody::new(body, exchange.activity.clone(), client.clone(), limit);
         tokio::select! {
             collected = body.collect() => match collected {
                 Ok(c) => Ok(c.to_bytes()),
                 Err(_) if client.too_large() => Err(ProxyError::BodyTooLarge(limit)),
                 Err(_) => Err(ProxyError::ClientBody),
             },
-            () = activity.idle() => Err(ProxyError::ClientStalled),
+            () = exchange.activity.idle() => Err(ProxyError::ClientStalled),
             () = until(deadline) => Err(ProxyError::DeadlineExceeded),
+        }
+    }
+
+    /// Phase 4: attempts until one gets response headers or the retry
+    /// decision gives up.
+    async fn send_with_retries(
+        &self,
+        lane: &Lane,
+        outbound: &mut Outbound,
+        replay: Replay,
+        exchange: &Exchange,
+        deadline: Option<Deadline>,
+    ) -> Result<(Response<Incoming>, Pooled), ProxyError> {
+        let mut retries = Retries::start(&lane.policy, replay);
+        loop {
+            let request = outbound.next(deadline)?;
+            match self
+                .attempt(lane, request, exchange, deadline, retries.made())
+                .await
+            {
+                Ok(answer) => {
+                    retries.succeeded();
+                    return Ok(answer);
+                }
+                Err(error) => retries.after_failure(error, deadline).await?,
+            }
+        }
+    }
+
+    /// One attempt, up to the response headers, raced against the activity
+    /// timer and the caller's deadline, and recorded.
+    async fn attempt(
+        &self,
+        lane: &Lane,
+        request: Request<UpstreamBody>,
+        exchange: &Exchange,
+        deadline: Option<Deadline>,
+        retries: u32,
+    ) -> Result<(Response<Incoming>, Pooled), ProxyError> {
+        let sent = Instant::now();
+        exchange.activity.touch();
+        let result = tokio::select! {
+            r = lane.origin.request(request) => {
+                r.map_err(|e| self.attempt_failed(lane, &e, &exchange.client, retries))
+            }
+            () = exchange.activity.idle() => Err(exchange.silence()),
+            () = until(deadline) => Err(ProxyError::DeadlineExceeded),
+        };
+        let outcome = match &result {
+            Ok(_) => observe::RESPONSE,
+            Err(error) => error.outcome(),
+        };
+        lane.metrics.attempt(outcome, sent);
+        result
+    }
+
+    /// What a failed attempt tells the caller: the client's own body is
+    /// blamed first (it is why the upstream request failed), then the
+    /// transport.
+    fn attempt_failed(
+        &self,
+        lane: &Lane,
+        error: &UpstreamError,
+        client: &ClientSide,
+        retries: u32,
+    ) -> ProxyError {
+        tracing::debug!(
+            error = %upstream::error_chain(error),
+            retries,
+            "attempt to {} failed",
+            lane.name
+        );
+        if client.too_large() {
+            ProxyError::BodyTooLarge(self.max_body_bytes)
+        } else if client.failed() {
+            ProxyError::ClientBody
+        } else {
+            upstream::classify(error)
         }
     }
 
@@ -424,6 +399,45 @@ impl Shared {
             .iter()
             .find(|l| l.name == route)
             .unwrap_or(&self.lanes[0])
+    }
+}
+
+/// The `gateway.request` span of one routed request.
+fn request_span(route: &'static str, method: &Method) -> tracing::Span {
+    tracing::info_span!(
+        "gateway.request",
+        otel.kind = "server",
+        route,
+        http.request.method = %method,
+        http.response.status_code = tracing::field::Empty,
+        retries = tracing::field::Empty,
+    )
+}
+
+/// What one exchange shares between its phases and its body wrappers: the
+/// idle clock and what the client side is doing.
+struct Exchange {
+    activity: Arc<Activity>,
+    client: Arc<ClientSide>,
+}
+
+impl Exchange {
+    fn new(timeout: Duration) -> Self {
+        Self {
+            activity: Arc::new(Activity::new(timeout)),
+            client: Arc::new(ClientSide::default()),
+        }
+    }
+
+    /// Who is to blame when the activity timer fires before response
+    /// headers: the client if it is stalling its body (408), else the
+    /// service (504).
+    fn silence(&self) -> ProxyError {
+        if self.client.stalled() {
+            ProxyError::ClientStalled
+        } else {
+            ProxyError::ResponseTimeout
+        }
     }
 }
 
@@ -442,6 +456,40 @@ impl Drop for Waiting {
             let status = http::StatusCode::from_u16(499).unwrap_or(http::StatusCode::BAD_REQUEST);
             observe::request(self.route, status, "client_gone", self.started);
         }
+    }
+}
+
+/// The request as it goes out: its prepared head and the body of the next
+/// attempt.
+struct Outbound {
+    parts: Parts,
+    body: Outgoing,
+}
+
+impl Outbound {
+    /// The next attempt, carrying what is left of the caller's deadline.
+    fn next(&mut self, deadline: Option<Deadline>) -> Result<Request<UpstreamBody>, ProxyError> {
+        let Some(body) = self.body.next() else {
+            tracing::error!("a streamed request body was about to be sent twice");
+            return Err(ProxyError::Internal);
+        };
+        // A request that can never be re-sent takes the parts themselves.
+        let parts = match self.body {
+            Outgoing::Spent => {
+                let mut spent = std::mem::replace(&mut self.parts, empty_parts());
+                spent.extensions.clear();
+                spent
+            }
+            _ => clone_parts(&self.parts),
+        };
+        let mut request = Request::from_parts(parts, body);
+        if let Some(d) = deadline {
+            if d.is_expired() {
+                return Err(ProxyError::DeadlineExceeded);
+            }
+            d.write_http(request.headers_mut());
+        }
+        Ok(request)
     }
 }
 
@@ -470,8 +518,8 @@ impl Outgoing {
     }
 }
 
-/// Rewrites the caller's headers for the service.
-fn prepare_headers(parts: &mut Parts, peer: Option<HeaderValue>, traced: bool) {
+/// Phase 2: rewrites the caller's head for the service.
+fn prepare_head(parts: &mut Parts, peer: Option<HeaderValue>, traced: bool) {
     let host = parts.headers.get(header::HOST).cloned().or_else(|| {
         parts
             .uri
@@ -485,6 +533,7 @@ fn prepare_headers(parts: &mut Parts, peer: Option<HeaderValue>, traced: bool) {
     if traced {
         telemetry::inject_current(&mut parts.headers);
     }
+    parts.version = Version::HTTP_11;
 }
 
 fn empty_parts() -> Parts {
@@ -508,9 +557,9 @@ async fn until(deadline: Option<Deadline>) {
     }
 }
 
-/// The service's response, on its way back.
-fn respond(
-    response: Response<hyper::body::Incoming>,
+/// Phase 5: the service's response, on its way back.
+fn relay(
+    response: Response<Incoming>,
     pooled: Pooled,
     metrics: Arc<RouteMetrics>,
     activity: Arc<Activity>,

@@ -8,21 +8,35 @@
 //! goes back to the caller unchanged. Each retry is jittered and taken from
 //! the route's [`RetryBudget`], so retries can add at most the budget's
 //! ratio of the route's traffic however many callers fail at once.
+//!
+//! The decision is pure ([`Replay::of`], [`RetryPolicy::decide`]); the
+//! limits in it (attempts, backoff, deadline, budget) are asked through
+//! `shopeasy_resilience`'s [`RetryGate`], the same decision the services'
+//! client stacks make. [`Retries`] is the thin loop around it that the proxy
+//! runs per request: decide, count, sleep, send again.
 
 use std::time::Duration;
 
 use http::{HeaderMap, Method};
 use rand::Rng;
-use shopeasy_resilience::{backoff::Backoff, budget::RetryBudget};
+use shopeasy_resilience::{
+    backoff::Backoff,
+    budget::RetryBudget,
+    deadline::Deadline,
+    decide::{Refusal, RetryGate},
+};
 
-use crate::error::ProxyError;
+use crate::{
+    error::ProxyError,
+    observe::{self, RetryOutcome},
+};
 
 /// The header that makes a POST safe to repeat.
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub(crate) const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// How a request may be sent again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Replay {
+pub(crate) enum Replay {
     /// GET or HEAD without a body.
     Bodiless,
     /// POST with `Idempotency-Key`: buffer the body so it can be re-sent.
@@ -33,7 +47,7 @@ pub enum Replay {
 
 impl Replay {
     /// Classifies a request by method, headers and whether it has a body.
-    pub fn of(method: &Method, headers: &HeaderMap, has_body: bool) -> Self {
+    pub(crate) fn of(method: &Method, headers: &HeaderMap, has_body: bool) -> Self {
         if (method == Method::GET || method == Method::HEAD) && !has_body {
             Self::Bodiless
         } else if method == Method::POST && headers.contains_key(IDEMPOTENCY_KEY) {
@@ -44,53 +58,47 @@ impl Replay {
     }
 
     /// Whether a failed attempt may be re-sent at all.
-    pub fn allowed(self) -> bool {
+    pub(crate) fn allowed(self) -> bool {
         self != Self::Never
     }
 }
 
 /// What to do after a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Wait this long, then send again (already taken from the budget).
     Retry(Duration),
-    /// Give up. `Some(outcome)` when a retry was wanted but refused
-    /// (`budget_exhausted`, `exhausted`, `deadline`), for the metrics.
-    GiveUp(Option<&'static str>),
+    /// Give up. `Some(refusal)` when a retry was wanted but refused (out of
+    /// attempts, the deadline, the budget), for the metrics.
+    GiveUp(Option<Refusal>),
 }
 
-/// One route's retry policy.
+/// One route's retry policy: which failures of which requests are worth
+/// another attempt (the gateway's own rule, SPEC §6), and the limits every
+/// ShopEasy retry lives within ([`RetryGate`]: attempts, backoff, deadline,
+/// budget).
 #[derive(Debug, Clone)]
-pub struct RetryPolicy {
-    max_retries: u32,
-    backoff: Backoff,
-    budget: RetryBudget,
+pub(crate) struct RetryPolicy {
+    gate: RetryGate,
 }
 
 impl RetryPolicy {
     /// Up to `max_retries` retries, spaced by `backoff`, from `budget`.
-    pub fn new(max_retries: u32, backoff: Backoff, budget: RetryBudget) -> Self {
+    pub(crate) fn new(max_retries: u32, backoff: Backoff, budget: RetryBudget) -> Self {
         Self {
-            max_retries,
-            backoff,
-            budget,
+            gate: RetryGate::new(max_retries, backoff, budget),
         }
     }
 
     /// The route's budget (for `/admin/resilience`).
-    pub fn budget(&self) -> &RetryBudget {
-        &self.budget
-    }
-
-    /// Counts one caller request in the budget.
-    pub fn deposit(&self) {
-        self.budget.deposit();
+    pub(crate) fn budget(&self) -> &RetryBudget {
+        self.gate.budget()
     }
 
     /// Decides after attempt number `retries_so_far + 1` failed with
     /// `error`. `remaining` is the caller's time left, if it sent a deadline:
     /// a retry whose backoff would outlive it is not started.
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         replay: Replay,
         error: ProxyError,
@@ -102,17 +110,90 @@ impl RetryPolicy {
         if !replay.allowed() || !error.is_connection_failure() {
             return Decision::GiveUp(None);
         }
-        if retries_so_far >= self.max_retries {
-            return Decision::GiveUp(Some("exhausted"));
+        // No server hint: the gateway retries only failures that came
+        // before any response.
+        match self.gate.decide(
+            retries_so_far,
+            previous_delay,
+            Duration::ZERO,
+            remaining,
+            rng,
+        ) {
+            Ok(delay) => Decision::Retry(delay),
+            Err(refusal) => Decision::GiveUp(Some(refusal)),
         }
-        let delay = self.backoff.delay(retries_so_far, previous_delay, rng);
-        if remaining.is_some_and(|left| left <= delay) {
-            return Decision::GiveUp(Some("deadline"));
+    }
+}
+
+/// One request's way through its retries: the thin loop around
+/// [`RetryPolicy::decide`]. Started once per caller request (which counts it
+/// in the budget); after each failed attempt it asks the decision, counts
+/// it in `shopeasy_gateway_retries_total` and sleeps the backoff.
+#[derive(Debug)]
+pub(crate) struct Retries<'a> {
+    policy: &'a RetryPolicy,
+    replay: Replay,
+    made: u32,
+    previous_delay: Duration,
+}
+
+impl<'a> Retries<'a> {
+    /// The retries of one request that may be sent again as `replay` says.
+    pub(crate) fn start(policy: &'a RetryPolicy, replay: Replay) -> Self {
+        policy.gate.deposit();
+        Self {
+            policy,
+            replay,
+            made: 0,
+            previous_delay: Duration::ZERO,
         }
-        if !self.budget.try_withdraw() {
-            return Decision::GiveUp(Some("budget_exhausted"));
+    }
+
+    /// How many retries were made so far.
+    pub(crate) fn made(&self) -> u32 {
+        self.made
+    }
+
+    /// After an attempt failed with `error`: `Ok` once the backoff has
+    /// passed and the request is to be sent again, or `error` back when it
+    /// is not.
+    pub(crate) async fn after_failure(
+        &mut self,
+        error: ProxyError,
+        deadline: Option<Deadline>,
+    ) -> Result<(), ProxyError> {
+        let decision = self.policy.decide(
+            self.replay,
+            error,
+            self.made,
+            self.previous_delay,
+            deadline.map(Deadline::remaining),
+            &mut rand::rng(),
+        );
+        match decision {
+            Decision::Retry(delay) => {
+                observe::retry(RetryOutcome::Retried);
+                tokio::time::sleep(delay).await;
+                self.made += 1;
+                self.previous_delay = delay;
+                Ok(())
+            }
+            Decision::GiveUp(refusal) => {
+                if let Some(refusal) = refusal {
+                    observe::retry(RetryOutcome::Refused(refusal));
+                }
+                Err(error)
+            }
         }
-        Decision::Retry(delay)
+    }
+
+    /// After an attempt got its response: a success that took retries is
+    /// counted, and their number recorded on the request's span.
+    pub(crate) fn succeeded(&self) {
+        if self.made > 0 {
+            observe::retry(RetryOutcome::SuccessAfterRetry);
+            tracing::Span::current().record("retries", self.made);
+        }
     }
 }
 
@@ -124,16 +205,14 @@ mod tests {
 
     use super::*;
 
-    fn policy(min_retries: u32) -> RetryPolicy {
+    /// Up to `max_retries` retries, 10 ms doubling with `jitter`, over a
+    /// budget of `ratio` and `min_retries` free retries per window.
+    fn policy(max_retries: u32, jitter: Jitter, ratio: f64, min_retries: u32) -> RetryPolicy {
         RetryPolicy::new(
-            2,
-            Backoff::new(
-                Duration::from_millis(10),
-                Duration::from_secs(1),
-                Jitter::Full,
-            ),
+            max_retries,
+            Backoff::new(Duration::from_millis(10), Duration::from_secs(1), jitter),
             RetryBudget::new(BudgetConfig {
-                ratio: 0.0,
+                ratio,
                 min_retries_per_window: min_retries,
                 window: Duration::from_secs(10),
             }),
@@ -158,18 +237,21 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn connection_failures_are_retried_up_to_the_limit_then_the_budget_stops_them() {
         let mut rng = SmallRng::seed_from_u64(1);
-        let p = policy(3);
+        let p = policy(2, Jitter::Full, 0.0, 3);
         let refused = ProxyError::ConnectionRefused;
         let d = |p: &RetryPolicy, n, rng: &mut SmallRng| {
             p.decide(Replay::Bodiless, refused, n, Duration::ZERO, None, rng)
         };
         assert!(matches!(d(&p, 0, &mut rng), Decision::Retry(x) if x <= Duration::from_millis(10)));
         assert!(matches!(d(&p, 1, &mut rng), Decision::Retry(x) if x <= Duration::from_millis(20)));
-        assert_eq!(d(&p, 2, &mut rng), Decision::GiveUp(Some("exhausted")));
+        assert_eq!(
+            d(&p, 2, &mut rng),
+            Decision::GiveUp(Some(Refusal::AttemptsExhausted))
+        );
         assert!(matches!(d(&p, 0, &mut rng), Decision::Retry(_)));
         assert_eq!(
             d(&p, 0, &mut rng),
-            Decision::GiveUp(Some("budget_exhausted")),
+            Decision::GiveUp(Some(Refusal::BudgetExhausted)),
             "3 retries per window and no traffic to earn more"
         );
     }
@@ -177,7 +259,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn timeouts_and_unsafe_requests_are_never_retried() {
         let mut rng = SmallRng::seed_from_u64(1);
-        let p = policy(10);
+        let p = policy(2, Jitter::Full, 0.0, 10);
         for e in [
             ProxyError::ResponseTimeout,
             ProxyError::ConnectTimeout,
@@ -208,7 +290,67 @@ mod tests {
                 Some(Duration::ZERO),
                 &mut rng
             ),
-            Decision::GiveUp(Some("deadline"))
+            Decision::GiveUp(Some(Refusal::DeadlineExhausted))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_loop_sleeps_each_backoff_then_hands_the_last_error_back() {
+        // No jitter: each sleep is the backoff's ceiling, to the millisecond.
+        let p = policy(2, Jitter::None, 0.0, 10);
+        let mut retries = Retries::start(&p, Replay::Bodiless);
+        let refused = ProxyError::ConnectionRefused;
+        let t0 = tokio::time::Instant::now();
+        assert_eq!(retries.after_failure(refused, None).await, Ok(()));
+        assert_eq!(t0.elapsed(), Duration::from_millis(10));
+        assert_eq!(retries.after_failure(refused, None).await, Ok(()));
+        assert_eq!(t0.elapsed(), Duration::from_millis(30));
+        assert_eq!(retries.made(), 2);
+        assert_eq!(
+            retries.after_failure(refused, None).await,
+            Err(refused),
+            "out of attempts"
+        );
+        assert_eq!(
+            t0.elapsed(),
+            Duration::from_millis(30),
+            "no sleep to give up"
+        );
+        assert_eq!(retries.made(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_loop_gives_up_at_once_on_what_may_not_be_retried() {
+        let p = policy(2, Jitter::None, 0.0, 10);
+        let t0 = tokio::time::Instant::now();
+        let mut get = Retries::start(&p, Replay::Bodiless);
+        let timeout = ProxyError::ResponseTimeout;
+        assert_eq!(get.after_failure(timeout, None).await, Err(timeout));
+        let mut put = Retries::start(&p, Replay::Never);
+        let refused = ProxyError::ConnectionRefused;
+        assert_eq!(put.after_failure(refused, None).await, Err(refused));
+        let mut late = Retries::start(&p, Replay::Bodiless);
+        let deadline = Deadline::after(Duration::from_millis(5));
+        assert_eq!(
+            late.after_failure(refused, Some(deadline)).await,
+            Err(refused),
+            "a 10 ms backoff would outlive a 5 ms deadline"
+        );
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+        assert_eq!(get.made() + put.made() + late.made(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_request_the_loop_starts_is_counted_in_the_budget() {
+        // Ratio 1, no free retries: only deposits can pay for a retry.
+        let p = policy(5, Jitter::None, 1.0, 0);
+        let refused = ProxyError::ConnectionRefused;
+        let mut retries = Retries::start(&p, Replay::Bodiless);
+        assert_eq!(retries.after_failure(refused, None).await, Ok(()));
+        assert_eq!(
+            retries.after_failure(refused, None).await,
+            Err(refused),
+            "one request paid for one retry"
         );
     }
 }

@@ -8,19 +8,19 @@ use crate::settings::RouteSettings;
 
 /// One destination: a name for metrics and an origin to send requests to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
+pub(crate) struct Route {
     /// `product` or `order`: the `route` label of every gateway metric and
     /// the retry budget's name.
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// `http`, always (validated in settings).
-    pub scheme: http::uri::Scheme,
+    pub(crate) scheme: http::uri::Scheme,
     /// `host:port` of the service.
-    pub authority: Authority,
+    pub(crate) authority: Authority,
 }
 
 /// Why a path has no route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoRoute {
+pub(crate) enum NoRoute {
     /// Not under any routed prefix (including `/metrics`, `/health/*` and
     /// `/admin*`, which the public listener never serves or forwards).
     NotFound,
@@ -31,7 +31,7 @@ pub enum NoRoute {
 
 /// The two routes, parsed once at start-up.
 #[derive(Debug, Clone)]
-pub struct RouteTable {
+pub(crate) struct RouteTable {
     product: Route,
     order: Route,
 }
@@ -42,7 +42,7 @@ impl RouteTable {
     /// # Errors
     /// When a URL is not an `http://host:port` origin (settings validation
     /// rejects those first).
-    pub fn new(settings: &RouteSettings) -> anyhow::Result<Self> {
+    pub(crate) fn new(settings: &RouteSettings) -> anyhow::Result<Self> {
         Ok(Self {
             product: parse("product", &settings.product_url)?,
             order: parse("order", &settings.order_url)?,
@@ -50,7 +50,7 @@ impl RouteTable {
     }
 
     /// Every route, for per-route state (retry budgets).
-    pub fn all(&self) -> [&Route; 2] {
+    pub(crate) fn all(&self) -> [&Route; 2] {
         [&self.product, &self.order]
     }
 
@@ -58,7 +58,7 @@ impl RouteTable {
     ///
     /// # Errors
     /// [`NoRoute`] when nothing serves it.
-    pub fn resolve(&self, path: &str) -> Result<&Route, NoRoute> {
+    pub(crate) fn resolve(&self, path: &str) -> Result<&Route, NoRoute> {
         let route = if under(path, "/api/products") {
             &self.product
         } else if under(path, "/api/orders") {

@@ -10,7 +10,7 @@
 //! the same: stop accepting, let in-flight exchanges finish for at most the
 //! drain bound, then drop the rest.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use hyper::{body::Incoming, server::conn::http1, service::service_fn};
 use hyper_util::{
@@ -27,13 +27,11 @@ use crate::{
 
 /// What the proxy learns about the connection a request came on.
 #[derive(Debug, Clone)]
-pub struct ClientConnection {
-    /// The peer's address (for `X-Forwarded-For`).
-    pub peer: SocketAddr,
-    /// `peer`'s IP as an `X-Forwarded-For` value, formatted once.
-    pub forwarded_for: Option<http::HeaderValue>,
+pub(crate) struct ClientConnection {
+    /// The peer's IP as an `X-Forwarded-For` value, formatted once.
+    pub(crate) forwarded_for: Option<http::HeaderValue>,
     /// The framing notes of the connection's request heads.
-    pub framing: Arc<FramingWatch>,
+    pub(crate) framing: Arc<FramingWatch>,
 }
 
 /// hyper's read buffer: the longest request head it will parse at all (the
@@ -42,7 +40,7 @@ pub struct ClientConnection {
 pub(crate) const MAX_BUF: usize = 1024 * 1024;
 
 /// Serves `listener` until `shutdown`, then drains for at most `drain`.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     proxy: Proxy,
     header_timeout: Duration,
@@ -71,7 +69,6 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let framing = Arc::new(FramingWatch::default());
         let connection = Arc::new(ClientConnection {
-            peer,
             forwarded_for: crate::headers::forwarded_for(peer.ip()),
             framing: framing.clone(),
         });

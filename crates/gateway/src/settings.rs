@@ -2,12 +2,10 @@
 //! knobs of SPEC §6, and the size caps. [`Default`] is the single source of
 //! truth for every default.
 
-use std::net::SocketAddr;
-
 use serde::{Deserialize, Serialize};
-use shopeasy_runtime::settings::{
-    Seconds, Settings, Validator,
-    common::{LogSettings, RetryBudgetSettings},
+use shopeasy_runtime::{
+    settings::{ProcessSettings, Seconds, Settings, Validator, common::RetryBudgetSettings},
+    topology,
 };
 
 /// Everything the gateway reads at start-up.
@@ -18,14 +16,11 @@ use shopeasy_runtime::settings::{
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct GatewaySettings {
-    /// The public listener (`LISTEN_ADDR`).
-    pub listen_addr: SocketAddr,
-    /// The admin listener (`ADMIN_ADDR`): metrics, health, `/admin/resilience`.
-    pub admin_addr: SocketAddr,
-    /// OTLP/gRPC trace endpoint; empty for none.
-    pub otel_exporter_otlp_endpoint: String,
-    /// Logging.
-    pub log: LogSettings,
+    /// The public listener (`LISTEN_ADDR`), the admin listener
+    /// (`ADMIN_ADDR`: metrics, health, `/admin/resilience`), logging and
+    /// trace export.
+    #[serde(flatten)]
+    pub process: ProcessSettings,
     /// Where each route is sent.
     pub routes: RouteSettings,
     /// Timeouts, retries and the retry budget.
@@ -37,10 +32,7 @@ pub struct GatewaySettings {
 impl Default for GatewaySettings {
     fn default() -> Self {
         Self {
-            listen_addr: ([0, 0, 0, 0], 8080).into(),
-            admin_addr: ([0, 0, 0, 0], 9080).into(),
-            otel_exporter_otlp_endpoint: String::new(),
-            log: LogSettings::default(),
+            process: ProcessSettings::new(&topology::GATEWAY),
             routes: RouteSettings::default(),
             resilience: ResilienceSettings::default(),
             limits: LimitSettings::default(),
@@ -62,8 +54,8 @@ pub struct RouteSettings {
 impl Default for RouteSettings {
     fn default() -> Self {
         Self {
-            product_url: "http://127.0.0.1:8081".into(),
-            order_url: "http://127.0.0.1:8082".into(),
+            product_url: topology::PRODUCT.local_url(),
+            order_url: topology::ORDER.local_url(),
         }
     }
 }
@@ -131,9 +123,16 @@ impl Default for LimitSettings {
     }
 }
 
+/// Where the lifecycle finds the listeners, log and telemetry settings.
+impl AsRef<ProcessSettings> for GatewaySettings {
+    fn as_ref(&self) -> &ProcessSettings {
+        &self.process
+    }
+}
+
 impl Settings for GatewaySettings {
     fn validate(&self, v: &mut Validator) {
-        self.log.validate("log", v);
+        self.process.validate(v);
         for (key, url) in [
             ("routes.product_url", &self.routes.product_url),
             ("routes.order_url", &self.routes.order_url),
@@ -145,38 +144,30 @@ impl Settings for GatewaySettings {
                 v.fail(key, url, "must be http://host:port with no path or query");
             }
         }
-        if !self.otel_exporter_otlp_endpoint.is_empty() {
-            v.url(
-                "otel_exporter_otlp_endpoint",
-                &self.otel_exporter_otlp_endpoint,
-                &self.otel_exporter_otlp_endpoint,
-                &["http", "https"],
-                true,
-            );
-        }
         let g = &self.resilience.gateway;
-        let p = "resilience.gateway";
-        v.seconds(
-            &format!("{p}.activity_timeout_seconds"),
-            g.activity_timeout_seconds,
-            0.05..=3600.0,
-        );
-        v.seconds(
-            &format!("{p}.connect_timeout_seconds"),
-            g.connect_timeout_seconds,
-            0.01..=300.0,
-        );
-        v.seconds(
-            &format!("{p}.pooled_connection_lifetime_seconds"),
-            g.pooled_connection_lifetime_seconds,
-            0.1..=86_400.0,
-        );
-        v.number(&format!("{p}.get_retries"), g.get_retries, 0..=10);
-        v.seconds(
-            &format!("{p}.retry_backoff_seconds"),
-            g.retry_backoff_seconds,
-            0.001..=10.0,
-        );
+        v.within("resilience.gateway", |v| {
+            v.seconds(
+                "activity_timeout_seconds",
+                g.activity_timeout_seconds,
+                0.05..=3600.0,
+            );
+            v.seconds(
+                "connect_timeout_seconds",
+                g.connect_timeout_seconds,
+                0.01..=300.0,
+            );
+            v.seconds(
+                "pooled_connection_lifetime_seconds",
+                g.pooled_connection_lifetime_seconds,
+                0.1..=86_400.0,
+            );
+            v.number("get_retries", g.get_retries, 0..=10);
+            v.seconds(
+                "retry_backoff_seconds",
+                g.retry_backoff_seconds,
+                0.001..=10.0,
+            );
+        });
         self.resilience
             .retry_budget
             .validate("resilience.retry_budget", v);
@@ -224,8 +215,8 @@ mod tests {
         assert_eq!(g.connect_timeout_seconds, Seconds::new(5.0));
         assert_eq!(g.pooled_connection_lifetime_seconds, Seconds::new(120.0));
         assert_eq!(g.get_retries, 2);
-        assert_eq!(s.listen_addr.port(), 8080);
-        assert_eq!(s.admin_addr.port(), 9080);
+        assert_eq!(s.process.listen_addr.port(), 8080);
+        assert_eq!(s.process.admin_addr.port(), 9080);
         assert_eq!(s.routes.product_url, "http://127.0.0.1:8081");
         assert_eq!(s.routes.order_url, "http://127.0.0.1:8082");
         assert_eq!(s.limits.max_buffered_body_bytes, 64 * 1024);

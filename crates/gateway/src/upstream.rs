@@ -52,14 +52,14 @@ use tokio::{net::TcpStream, time::Instant};
 use crate::{activity::BoxError, error::ProxyError};
 
 /// The body type the gateway sends upstream.
-pub type UpstreamBody = http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, BoxError>;
+pub(crate) type UpstreamBody = http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, BoxError>;
 
 /// How long an idle pooled connection is kept before it is closed.
-pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+pub(crate) const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Why an exchange with a service failed.
 #[derive(Debug, thiserror::Error)]
-pub enum UpstreamError {
+pub(crate) enum UpstreamError {
     /// The TCP connect did not finish within the connect timeout.
     #[error("connect timed out")]
     ConnectTimeout,
@@ -74,7 +74,7 @@ pub enum UpstreamError {
 /// One service address and its pool of keep-alive connections. Shared
 /// (`Arc`) by every route that points at the same address.
 #[derive(Debug)]
-pub struct Origin {
+pub(crate) struct Origin {
     authority: Authority,
     /// The `Host` header sent to it, formatted once.
     host: HeaderValue,
@@ -96,7 +96,7 @@ struct Idle {
 /// [`release`](Self::release) once the response body has been read to the
 /// end; dropped instead, it closes the connection.
 #[derive(Debug)]
-pub struct Pooled {
+pub(crate) struct Pooled {
     send: SendRequest<UpstreamBody>,
     expires_at: Instant,
     origin: Arc<Origin>,
@@ -104,7 +104,7 @@ pub struct Pooled {
 
 impl Pooled {
     /// Returns the connection to its pool, unless it is closed or expired.
-    pub fn release(self) {
+    pub(crate) fn release(self) {
         let now = Instant::now();
         if self.send.is_closed() || now >= self.expires_at {
             return;
@@ -128,7 +128,7 @@ impl Origin {
     ///
     /// # Errors
     /// When `authority` cannot be a `Host` header value.
-    pub fn new(
+    pub(crate) fn new(
         authority: Authority,
         connect_timeout: Duration,
         lifetime: Duration,
@@ -147,7 +147,7 @@ impl Origin {
     }
 
     /// The `host:port` this origin connects to.
-    pub fn authority(&self) -> &Authority {
+    pub(crate) fn authority(&self) -> &Authority {
         &self.authority
     }
 
@@ -214,7 +214,7 @@ impl Origin {
     ///
     /// # Errors
     /// [`UpstreamError`]; classify it with [`classify`].
-    pub async fn request(
+    pub(crate) async fn request(
         self: &Arc<Self>,
         mut request: Request<UpstreamBody>,
     ) -> Result<(Response<Incoming>, Pooled), UpstreamError> {
@@ -279,7 +279,7 @@ fn jittered(lifetime: Duration, rng: &mut impl Rng) -> Duration {
 /// Maps a transport error onto what the caller is told. (Failures of the
 /// caller's own body are told apart by the proxy first, from its
 /// [`ClientSide`](crate::activity::ClientSide).)
-pub fn classify(error: &UpstreamError) -> ProxyError {
+pub(crate) fn classify(error: &UpstreamError) -> ProxyError {
     let hyper_error = match error {
         UpstreamError::ConnectTimeout => return ProxyError::ConnectTimeout,
         UpstreamError::Connect(e) => {
@@ -330,7 +330,7 @@ fn io_kind(error: &(dyn std::error::Error + 'static)) -> Option<io::ErrorKind> {
 }
 
 /// The error and its sources on one line, for logs.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut out = error.to_string();
     let mut current = error.source();
     while let Some(e) = current {

@@ -16,37 +16,31 @@ use std::{
 };
 
 use shopeasy_gateway::{App, GatewaySettings};
-use shopeasy_runtime::settings::Seconds;
+use shopeasy_runtime::{
+    lifecycle::{self, Running},
+    settings::Seconds,
+};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
     time::{Instant, timeout},
 };
-use tokio_util::sync::CancellationToken;
 
 /// The activity timeout every test runs with.
 const ACTIVITY: Duration = Duration::from_secs(1);
 
 // ---------------------------------------------------------------- gateway
 
+/// The gateway under test; stopped when dropped.
 struct Gateway {
     addr: SocketAddr,
     admin: SocketAddr,
-    stop: CancellationToken,
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
+    _server: Running,
 }
 
 fn settings(upstream: SocketAddr) -> GatewaySettings {
-    let mut s = GatewaySettings {
-        listen_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        ..GatewaySettings::default()
-    };
+    let mut s = GatewaySettings::default();
+    s.process.ephemeral();
     s.routes.product_url = format!("http://{upstream}");
     s.routes.order_url = format!("http://{upstream}");
     s.resilience.gateway.activity_timeout_seconds = Seconds::from(ACTIVITY);
@@ -55,11 +49,12 @@ fn settings(upstream: SocketAddr) -> GatewaySettings {
 }
 
 async fn gateway(settings: GatewaySettings) -> Gateway {
-    let app = App::build(settings).await.unwrap();
-    let (addr, admin) = (app.local_addr(), app.admin_addr());
-    let stop = CancellationToken::new();
-    tokio::spawn(app.run_until_stopped(stop.clone()));
-    Gateway { addr, admin, stop }
+    let server = lifecycle::spawn::<App>(settings).await.unwrap();
+    Gateway {
+        addr: server.local_addr(),
+        admin: server.admin_addr(),
+        _server: server,
+    }
 }
 
 fn http() -> reqwest::Client {
@@ -86,13 +81,9 @@ impl Gateway {
     }
 }
 
-/// The value of the first metric line starting with `prefix`, 0 if none.
-fn metric(text: &str, prefix: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
+/// The sum of metric `name`'s samples carrying `labels` (0 if none).
+fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    shopeasy_testkit::Metrics::parse(text).sum(name, labels)
 }
 
 // ---------------------------------------------------------------- fakes
@@ -270,7 +261,8 @@ async fn a_get_over_a_broken_connection_is_retried() {
     assert!(
         metric(
             &m,
-            "shopeasy_gateway_retries_total{outcome=\"success_after_retry\"}"
+            "shopeasy_gateway_retries_total",
+            &[("outcome", "success_after_retry")]
         ) >= 1.0,
         "{m}"
     );
@@ -362,7 +354,11 @@ async fn a_refused_connection_answers_502_in_under_a_second() {
     assert!(took < Duration::from_secs(1), "took {took:?}");
     let m = gw.metrics().await;
     assert!(
-        metric(&m, "shopeasy_gateway_retries_total{outcome=\"exhausted\"}") >= 1.0,
+        metric(
+            &m,
+            "shopeasy_gateway_retries_total",
+            &[("outcome", "exhausted")]
+        ) >= 1.0,
         "{m}"
     );
 }
@@ -436,7 +432,8 @@ async fn budget_exhaustion_stops_retries_and_is_counted() {
     let gw = gateway(s).await;
     let before = metric(
         &gw.metrics().await,
-        "shopeasy_gateway_retries_total{outcome=\"budget_exhausted\"}",
+        "shopeasy_gateway_retries_total",
+        &[("outcome", "budget_exhausted")],
     );
     let first = http().get(gw.url("/api/products")).send().await.unwrap();
     assert_eq!(first.status(), 502);
@@ -450,17 +447,12 @@ async fn budget_exhaustion_stops_retries_and_is_counted() {
     assert_eq!(fake.seen.arrivals(), 3, "budget empty: no retry at all");
     let after = metric(
         &gw.metrics().await,
-        "shopeasy_gateway_retries_total{outcome=\"budget_exhausted\"}",
+        "shopeasy_gateway_retries_total",
+        &[("outcome", "budget_exhausted")],
     );
     assert!(after >= before + 2.0, "before {before}, after {after}");
-    let state: serde_json::Value = http()
-        .get(format!("http://{}/admin/resilience", gw.admin))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let state =
+        shopeasy_testkit::get_json(&http(), format!("http://{}/admin/resilience", gw.admin)).await;
     assert!(
         state["resilience"]["retry_budgets"]["product"]["balance"]
             .as_f64()
@@ -549,7 +541,12 @@ async fn a_response_that_stalls_mid_body_is_aborted_after_the_timeout() {
     assert!(
         metric(
             &m,
-            "shopeasy_gateway_requests_total{route=\"product\",status=\"200\",outcome=\"response_aborted\"}"
+            "shopeasy_gateway_requests_total",
+            &[
+                ("route", "product"),
+                ("status", "200"),
+                ("outcome", "response_aborted")
+            ]
         ) >= 1.0,
         "{m}"
     );
@@ -715,7 +712,12 @@ async fn bodiless_responses_complete_and_keep_their_connection() {
     assert_eq!(
         metric(
             &m,
-            "shopeasy_gateway_requests_total{route=\"product\",status=\"204\",outcome=\"forwarded\"}"
+            "shopeasy_gateway_requests_total",
+            &[
+                ("route", "product"),
+                ("status", "204"),
+                ("outcome", "forwarded")
+            ]
         ),
         3.0,
         "{m}"

@@ -21,9 +21,11 @@ use shopeasy_proto::inventory::v1::{
     ReserveStockRequest, SetStockRequest, StockLine,
     inventory_service_client::InventoryServiceClient,
 };
-use shopeasy_runtime::settings::{Secret, SecretUrl};
+use shopeasy_runtime::{
+    lifecycle,
+    settings::{Secret, SecretUrl},
+};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 const CONCURRENCY: usize = 32;
@@ -62,17 +64,14 @@ fn bench(c: &mut Criterion) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (db, clients, stop) = runtime.block_on(async {
         let db = shopeasy_testkit::postgres().await.unwrap();
-        let settings = InventorySettings {
-            listen_addr: ([127, 0, 0, 1], 0).into(),
-            admin_addr: ([127, 0, 0, 1], 0).into(),
-            database_url: SecretUrl::new(db.url()),
+        let mut settings = InventorySettings {
             admin_token: Secret::new(TOKEN),
             ..InventorySettings::default()
         };
-        let app = App::build(settings).await.unwrap();
-        let url = format!("http://{}", app.local_addr());
-        let stop = CancellationToken::new();
-        tokio::spawn(app.run_until_stopped(stop.clone()));
+        settings.process.ephemeral();
+        settings.storage.database_url = SecretUrl::new(db.url());
+        let stop = lifecycle::spawn::<App>(settings).await.unwrap();
+        let url = format!("http://{}", stop.local_addr());
         let mut clients = Vec::new();
         for _ in 0..CONNECTIONS {
             let channel = Channel::from_shared(url.clone())
@@ -115,7 +114,7 @@ fn bench(c: &mut Criterion) {
         });
     }
     group.finish();
-    stop.cancel();
+    drop(stop);
     drop(runtime);
     drop(db);
 }

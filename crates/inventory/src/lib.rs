@@ -9,8 +9,9 @@
 //! How the pieces fit, outside in:
 //!
 //! - [`settings`]: [`InventorySettings`], the typed, validated settings.
-//! - [`App`]: binds the gRPC and admin listeners, connects the database and
-//!   runs the migrations ([`App::build`]), then serves until shutdown.
+//! - [`App`]: the `shopeasy_runtime::lifecycle::Service` — connects the
+//!   database and runs the migrations, then serves gRPC until shutdown;
+//!   `lifecycle::spawn::<App>(settings)` binds both listeners and starts it.
 //! - [`grpc`]: the adapter — reads the deadline (`min(grpc-timeout,
 //!   request_timeout_seconds)`) and the admin token from the metadata,
 //!   parses messages into [`domain`] types, calls the [`store`], and maps
@@ -35,18 +36,17 @@ pub mod domain;
 mod error;
 pub mod grpc;
 pub mod health;
+pub mod seed;
 pub mod settings;
 pub mod store;
 
-use std::{net::SocketAddr, time::Duration};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use shopeasy_proto::inventory::v1::inventory_service_server::InventoryServiceServer;
 use shopeasy_runtime::{
     admin::Admin,
-    db::{self, Database},
-    lifecycle,
-    settings::common::LogSettings,
+    lifecycle::{self, Service},
 };
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -57,96 +57,64 @@ pub use settings::InventorySettings;
 pub use store::Store;
 
 /// The binary's name.
-pub const NAME: &str = "shopeasy-inventory";
+pub const NAME: &str = shopeasy_runtime::topology::INVENTORY.binary;
 
 /// The embedded migrations of `migrations/inventory/`.
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "init",
-    include_str!("../../../migrations/inventory/0001_init.sql"),
-)];
+pub fn migrator() -> sqlx::migrate::Migrator {
+    shopeasy_runtime::db::migrator(&[(
+        1,
+        "init",
+        include_str!("../../../migrations/inventory/0001_init.sql"),
+    )])
+}
 
 /// HTTP/2 keep-alive pings to idle clients, so a vanished peer is noticed.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// How long a keep-alive ping may go unanswered before the connection closes.
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The Inventory service, built and bound, ready to run.
+/// The Inventory service, built, ready to be bound and run by
+/// `shopeasy_runtime::lifecycle`.
 #[derive(Debug)]
 pub struct App {
-    grpc: TcpListener,
-    admin_listener: TcpListener,
     admin: Admin,
     api: grpc::InventoryApi,
     store: Store,
 }
 
 impl App {
-    /// Binds both listeners (port 0 allowed), connects the database and runs
-    /// the migrations (retrying for `database.startup_timeout_seconds`).
-    ///
-    /// # Errors
-    /// When a listener cannot be bound, the database URL is unusable, the
-    /// database does not answer in time or a migration fails.
-    pub async fn build(settings: InventorySettings) -> anyhow::Result<Self> {
-        let grpc = lifecycle::bind(settings.listen_addr, "gRPC").await?;
-        let admin_listener = lifecycle::bind(settings.admin_addr, "admin").await?;
-        let db = Database::connect_and_migrate(
-            settings.database_url.expose(),
-            &settings.database,
-            &db::migrator(MIGRATIONS),
-        )
-        .await
-        .with_context(|| format!("inventory database {}", settings.database_url))?;
+    /// The store (tests check conservation through it).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+}
 
-        let admin = Admin::default();
-        let ping = db.clone();
-        admin.readiness("database", move || {
-            let db = ping.clone();
-            async move { db.ping().await.map_err(|e| e.to_string()) }
-        });
+impl Service for App {
+    type Settings = InventorySettings;
+    const NAME: &'static str = NAME;
+
+    /// Connects the database and runs the migrations (retrying for
+    /// `database.startup_timeout_seconds`).
+    async fn build(settings: InventorySettings, admin: &Admin) -> anyhow::Result<Self> {
+        let db =
+            lifecycle::connect_database("inventory", &settings.storage, &migrator(), admin).await?;
         let store = Store::new(db);
+        seed::demo_if_empty(settings.demo_seed, &store).await?;
         let api = grpc::InventoryApi::new(
             store.clone(),
             settings.admin_token.clone(),
             settings.request_timeout_seconds.get(),
         );
         Ok(Self {
-            grpc,
-            admin_listener,
-            admin,
+            admin: admin.clone(),
             api,
             store,
         })
     }
 
-    /// The gRPC listener's address.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.grpc
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
-    }
-
-    /// The admin listener's address.
-    pub fn admin_addr(&self) -> SocketAddr {
-        self.admin_listener
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
-    }
-
-    /// The store (tests check conservation through it).
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
-    /// Serves gRPC (Inventory, health, reflection) and the admin listener
-    /// until `shutdown` is cancelled, then drains in-flight calls for at most
-    /// [`lifecycle::DEFAULT_DRAIN`].
-    ///
-    /// # Errors
-    /// When reflection cannot be built or a listener fails.
-    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let (addr, admin_addr) = (self.local_addr(), self.admin_addr());
+    /// Serves gRPC (Inventory, health, reflection) until `shutdown` is
+    /// cancelled; the lifecycle bounds the drain of in-flight calls.
+    async fn serve(self, public: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
         let (reporter, health_service) = tonic_health::server::health_reporter();
         let status = health::init(&self.admin, &reporter).await;
         let follow = tokio::spawn(health::follow(
@@ -174,54 +142,11 @@ impl App {
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
             .add_service(InventoryServiceServer::new(self.api));
-        let incoming = TcpIncoming::from(self.grpc).with_nodelay(Some(true));
-        let stop = shutdown.clone();
-        let grpc = async {
-            tokio::select! {
-                r = router.serve_with_incoming_shutdown(incoming, async move { stop.cancelled().await }) => {
-                    r.context("gRPC server")
-                }
-                () = async {
-                    shutdown.cancelled().await;
-                    tokio::time::sleep(lifecycle::DEFAULT_DRAIN).await;
-                } => {
-                    tracing::warn!("drain timeout passed; dropping remaining gRPC calls");
-                    Ok(())
-                }
-            }
-        };
-        let admin = lifecycle::serve(
-            self.admin_listener,
-            self.admin.router(),
-            shutdown.clone(),
-            lifecycle::DEFAULT_DRAIN,
-        );
-        tracing::info!(%addr, %admin_addr, "inventory serving gRPC and admin");
-        let (grpc, admin) = tokio::join!(grpc, admin);
+        let incoming = TcpIncoming::from(public).with_nodelay(Some(true));
+        let served = router
+            .serve_with_incoming_shutdown(incoming, async move { shutdown.cancelled().await })
+            .await;
         follow.abort();
-        grpc?;
-        admin.context("admin listener")?;
-        Ok(())
-    }
-}
-
-impl lifecycle::Service for App {
-    type Settings = InventorySettings;
-    const NAME: &'static str = NAME;
-
-    fn log(settings: &InventorySettings) -> &LogSettings {
-        &settings.log
-    }
-
-    fn otlp_endpoint(settings: &InventorySettings) -> &str {
-        &settings.otel_exporter_otlp_endpoint
-    }
-
-    async fn build(settings: InventorySettings) -> anyhow::Result<Self> {
-        App::build(settings).await
-    }
-
-    async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        App::run_until_stopped(self, shutdown).await
+        served.context("gRPC server")
     }
 }

@@ -5,83 +5,62 @@
 //! `resilience.*` groups and no `redis_url`: a setting it would not use is
 //! not offered.
 
-use std::net::SocketAddr;
-
 use serde::{Deserialize, Serialize};
-use shopeasy_runtime::settings::{
-    Seconds, Secret, SecretUrl, Settings, Validator,
-    common::{LogSettings, PoolSettings},
+use shopeasy_runtime::{
+    settings::{DatabaseSettings, ProcessSettings, Seconds, Secret, Settings, Validator},
+    topology,
 };
 
 /// Everything `shopeasy-inventory` can be configured with.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct InventorySettings {
-    /// The gRPC listener (`LISTEN_ADDR`).
-    pub listen_addr: SocketAddr,
-    /// The admin listener: metrics and health (`ADMIN_ADDR`).
-    pub admin_addr: SocketAddr,
-    /// `postgres://…` or `sqlite:path` (`DATABASE_URL`).
-    pub database_url: SecretUrl,
+    /// The gRPC listener (`LISTEN_ADDR`), the admin listener (`ADMIN_ADDR`),
+    /// logging and trace export.
+    #[serde(flatten)]
+    pub process: ProcessSettings,
+    /// `DATABASE_URL` and the `database.*` pool.
+    #[serde(flatten)]
+    pub storage: DatabaseSettings,
     /// Bearer token that `SetStock` requires (`ADMIN_TOKEN`). Empty: no
     /// caller is an admin, and `SetStock` always answers UNAUTHENTICATED.
     pub admin_token: Secret,
-    /// OTLP/gRPC endpoint for traces; empty exports nothing.
-    pub otel_exporter_otlp_endpoint: String,
     /// The server's own cap on one call's work. A call runs for the shorter
     /// of this and the caller's `grpc-timeout`.
     pub request_timeout_seconds: Seconds,
-    /// Logging.
-    pub log: LogSettings,
-    /// The database pool.
-    pub database: PoolSettings,
+    /// Seed the demo stock on an empty database (`DEMO_SEED`): compose, the
+    /// Kubernetes demo and the launcher turn it on (see `seed`).
+    pub demo_seed: bool,
 }
 
 impl Default for InventorySettings {
     fn default() -> Self {
         Self {
-            listen_addr: ([0, 0, 0, 0], 50051).into(),
-            admin_addr: ([0, 0, 0, 0], 9083).into(),
-            database_url: SecretUrl::new("sqlite:.shopeasy/inventory.db"),
+            process: ProcessSettings::new(&topology::INVENTORY),
+            storage: DatabaseSettings::sqlite("inventory"),
             admin_token: Secret::default(),
-            otel_exporter_otlp_endpoint: String::new(),
             request_timeout_seconds: Seconds::new(5.0),
-            log: LogSettings::default(),
-            database: PoolSettings::default(),
+            demo_seed: false,
         }
+    }
+}
+
+/// Where the lifecycle finds the listeners, log and telemetry settings.
+impl AsRef<ProcessSettings> for InventorySettings {
+    fn as_ref(&self) -> &ProcessSettings {
+        &self.process
     }
 }
 
 impl Settings for InventorySettings {
     fn validate(&self, v: &mut Validator) {
-        v.url(
-            "database_url",
-            &self.database_url.masked(),
-            self.database_url.expose(),
-            &["postgres", "postgresql", "sqlite"],
-            false,
-        );
-        v.url(
-            "otel_exporter_otlp_endpoint",
-            &self.otel_exporter_otlp_endpoint,
-            &self.otel_exporter_otlp_endpoint,
-            &["http", "https"],
-            true,
-        );
+        self.process.validate(v);
+        self.storage.validate(v);
         v.seconds(
             "request_timeout_seconds",
             self.request_timeout_seconds,
             0.01..=300.0,
         );
-        if self.listen_addr.port() != 0 && self.listen_addr.port() == self.admin_addr.port() {
-            v.fail(
-                "admin_addr",
-                self.admin_addr,
-                "must differ from listen_addr",
-            );
-        }
-        self.log.validate("log", v);
-        self.database.validate("database", v);
     }
 }
 
@@ -95,9 +74,12 @@ mod tests {
     fn defaults_are_valid_and_match_the_spec() {
         let s: InventorySettings = Loader::new().load().unwrap();
         assert_eq!(s, InventorySettings::default());
-        assert_eq!(s.listen_addr.port(), 50051);
-        assert_eq!(s.admin_addr.port(), 9083);
-        assert_eq!(s.database_url.expose(), "sqlite:.shopeasy/inventory.db");
+        assert_eq!(s.process.listen_addr.port(), 50051);
+        assert_eq!(s.process.admin_addr.port(), 9083);
+        assert_eq!(
+            s.storage.database_url.expose(),
+            "sqlite:.shopeasy/inventory.db"
+        );
     }
 
     #[test]
@@ -118,8 +100,8 @@ mod tests {
             keys,
             [
                 "database_url",
+                "database.acquire_timeout_seconds",
                 "request_timeout_seconds",
-                "database.acquire_timeout_seconds"
             ]
         );
     }

@@ -46,7 +46,7 @@ pub struct Store {
 }
 
 impl Store {
-    /// A store over `db` (migrated with [`crate::MIGRATIONS`]).
+    /// A store over `db` (migrated with [`crate::migrator`]).
     pub fn new(db: Database) -> Self {
         Self { db }
     }
@@ -298,10 +298,7 @@ impl Store {
         if Instant::now() >= deadline {
             return Err(Error::DeadlineExceeded);
         }
-        let backstop = match self.db.backend() {
-            Backend::Postgres => deadline + SERVER_CANCEL_GRACE,
-            Backend::Sqlite => deadline,
-        };
+        let backstop = self.db.pick(deadline + SERVER_CANCEL_GRACE, deadline);
         tokio::time::timeout_at(backstop, work)
             .await
             .unwrap_or(Err(Error::DeadlineExceeded))

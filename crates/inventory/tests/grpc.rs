@@ -15,7 +15,7 @@ use shopeasy_proto::inventory::v1::{
     SetStockRequest, StockLine,
 };
 use shopeasy_runtime::settings::Seconds;
-use shopeasy_testkit::TestDatabase;
+use shopeasy_testkit::{Metrics, TestDatabase, assert_eventually, eventually};
 use sqlx::{Connection, PgConnection};
 use support::{ADMIN_TOKEN, Forwarder, Running, product, settings, start};
 use tokio::time::Instant;
@@ -70,18 +70,22 @@ async fn available(server: &Running, product_id: &str) -> i64 {
         .available
 }
 
-/// Polls `check` every 20 ms until it is true or `within` passes.
-async fn eventually(within: Duration, mut check: impl AsyncFnMut() -> bool) -> bool {
-    let until = Instant::now() + within;
-    loop {
-        if check().await {
-            return true;
-        }
-        if Instant::now() >= until {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// Waits (within 5 s) until the standard gRPC health check of the whole
+/// server reports `serving` (true: SERVING) or not.
+async fn health_becomes(
+    health: &mut tonic_health::pb::health_client::HealthClient<tonic::transport::Channel>,
+    serving: bool,
+    what: &str,
+) {
+    let wanted = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+    assert_eventually(Duration::from_secs(5), what, async || {
+        let r = health
+            .check(tonic_health::pb::HealthCheckRequest::default())
+            .await
+            .unwrap();
+        (r.into_inner().status == wanted) == serving
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -384,11 +388,16 @@ async fn the_server_deadline_cancels_the_query_in_postgres() {
     assert!(gone, "the query was cancelled in Postgres within 1 s");
     let (_, metrics) = server.admin_get("/metrics").await;
     assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("shopeasy_grpc_server_requests_total")
-                && l.contains("method=\"shopeasy.inventory.v1.InventoryService/ReserveStock\"")
-                && l.contains("code=\"DeadlineExceeded\"")),
+        Metrics::parse(&metrics).has(
+            "shopeasy_grpc_server_requests_total",
+            &[
+                (
+                    "method",
+                    "shopeasy.inventory.v1.InventoryService/ReserveStock"
+                ),
+                ("code", "DeadlineExceeded")
+            ]
+        ),
         "{metrics}"
     );
     server.stop().await;
@@ -422,15 +431,11 @@ async fn an_unreachable_database_answers_unavailable_fast_and_recovers() {
     };
     let forwarder = Forwarder::start(support::postgres_addr(db.url())).await;
     let mut s = settings(&forwarder.url(db.url()));
-    s.database.acquire_timeout_seconds = Seconds::new(0.5);
+    s.storage.database.acquire_timeout_seconds = Seconds::new(0.5);
     let server = start(s).await;
     let p = product();
     server.set_stock(&p, 3).await;
     let mut health = tonic_health::pb::health_client::HealthClient::new(server.channel().await);
-    let serving = |status: i32| {
-        status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
-    };
-
     forwarder.down().await;
     let mut client = server.client().await;
     for _ in 0..2 {
@@ -447,17 +452,12 @@ async fn an_unreachable_database_answers_unavailable_fast_and_recovers() {
     assert_eq!(err.code(), Code::Unavailable);
     assert_eq!(server.admin_get("/health/ready").await.0, 503);
     assert_eq!(server.admin_get("/health/live").await.0, 200);
-    assert!(
-        eventually(Duration::from_secs(5), async || {
-            let r = health
-                .check(tonic_health::pb::HealthCheckRequest::default())
-                .await
-                .unwrap();
-            !serving(r.into_inner().status)
-        })
-        .await,
-        "gRPC health follows readiness to NOT_SERVING"
-    );
+    health_becomes(
+        &mut health,
+        false,
+        "gRPC health follows readiness to NOT_SERVING",
+    )
+    .await;
 
     forwarder.up().await;
     assert!(
@@ -468,16 +468,7 @@ async fn an_unreachable_database_answers_unavailable_fast_and_recovers() {
         "recovers without a restart"
     );
     assert_eq!(server.admin_get("/health/ready").await.0, 200);
-    assert!(
-        eventually(Duration::from_secs(5), async || {
-            let r = health
-                .check(tonic_health::pb::HealthCheckRequest::default())
-                .await
-                .unwrap();
-            serving(r.into_inner().status)
-        })
-        .await
-    );
+    health_becomes(&mut health, true, "gRPC health back to SERVING").await;
     assert_eq!(available(&server, &p).await, 3);
     health
         .check(tonic_health::pb::HealthCheckRequest {
@@ -555,10 +546,10 @@ async fn health_and_reflection_answer() {
 
     let (_, metrics) = server.admin_get("/metrics").await;
     assert!(
-        metrics.lines().any(|l| l
-            .starts_with("shopeasy_grpc_server_request_duration_seconds_count")
-            && l.contains("method=\"grpc.health.v1.Health/Check\"")
-            && l.contains("code=\"Ok\"")),
+        Metrics::parse(&metrics).has(
+            "shopeasy_grpc_server_request_duration_seconds_count",
+            &[("method", "grpc.health.v1.Health/Check"), ("code", "Ok")]
+        ),
         "{metrics}"
     );
     server.stop().await;

@@ -7,7 +7,7 @@
 use std::{sync::Arc, time::Duration};
 
 use shopeasy_inventory::{
-    Error, MIGRATIONS, Store,
+    Error, Store,
     domain::{ProductId, Reservation, ReservationId},
 };
 use shopeasy_runtime::{
@@ -37,7 +37,7 @@ async fn store(test_db: &TestDatabase) -> Store {
     let db = Database::connect_and_migrate(
         test_db.url(),
         &PoolSettings::default(),
-        &db::migrator(MIGRATIONS),
+        &shopeasy_inventory::migrator(),
     )
     .await
     .unwrap();
@@ -60,9 +60,9 @@ async fn assert_conserved(store: &Store, p: &str, initial: i64) {
 fn embedded_migrations_match_the_folder() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/inventory");
     let files = db::migration_files(&dir).unwrap();
-    let embedded: Vec<(i64, String)> = MIGRATIONS
+    let embedded: Vec<(i64, String)> = shopeasy_inventory::migrator()
         .iter()
-        .map(|(v, d, _)| (*v, (*d).to_owned()))
+        .map(|m| (m.version, m.description.to_string()))
         .collect();
     assert_eq!(files, embedded);
 }

@@ -23,15 +23,15 @@ mod helpers;
 
 use std::time::Duration;
 
-use shopeasy_inventory::{App as Inventory, InventorySettings, domain::ProductId};
-use shopeasy_runtime::settings::{Seconds, SecretUrl};
+use shopeasy_inventory::domain::ProductId;
+use shopeasy_order::settings::OrderSettings;
+use shopeasy_runtime::settings::Seconds;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::{
-    fakes::{FakeInventory, FakeProduct, Mode},
-    helpers::{TestApp, order_body, test_settings},
+    fakes::{FakeProduct, Mode},
+    helpers::{Shop, TestApp, order_body, real_inventory, test_settings},
 };
 
 fn env(name: &str, default: u64) -> u64 {
@@ -88,18 +88,8 @@ async fn throughput() {
     let concurrency = env("BENCH_CONCURRENCY", 32);
     let inventory_db = shopeasy_testkit::postgres().await.unwrap();
     let order_db = shopeasy_testkit::postgres().await.unwrap();
-    let inventory = Inventory::build(InventorySettings {
-        listen_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        database_url: SecretUrl::new(inventory_db.url()),
-        ..InventorySettings::default()
-    })
-    .await
-    .unwrap();
-    let store = inventory.store().clone();
+    let (inventory, store) = real_inventory(inventory_db.url()).await;
     let url = format!("http://{}", inventory.local_addr());
-    let stop = CancellationToken::new();
-    let server = tokio::spawn(inventory.run_until_stopped(stop.clone()));
     let catalogue = FakeProduct::default();
     let products: Vec<Uuid> = (0..50).map(|_| Uuid::new_v4()).collect();
     for p in &products {
@@ -115,7 +105,7 @@ async fn throughput() {
     settings.resilience.inventory.timeout_seconds = Seconds::new(3.0);
     settings.resilience.product.timeout_seconds = Seconds::new(3.0);
     settings.resilience.stock_cache.ttl_seconds = Seconds::new(2.0);
-    settings.database.max_connections = 20;
+    settings.storage.database.max_connections = 20;
     let app = TestApp::spawn(settings).await;
 
     let end = Instant::now() + Duration::from_secs(seconds);
@@ -158,34 +148,51 @@ async fn throughput() {
         percentile(&all, 0.99).as_secs_f64() * 1e3,
     );
     app.stop().await;
-    stop.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(15), server).await;
+    let _ = tokio::time::timeout(Duration::from_secs(15), inventory.stop()).await;
+}
+
+/// The order service on `settings`, after one order of `p` for
+/// `customer` (201): the product's stock is in its cache.
+async fn placed_once(settings: OrderSettings, customer: &str, p: Uuid) -> TestApp {
+    let app = TestApp::spawn(settings).await;
+    assert_eq!(
+        app.post_order(None, &order_body(customer, &[(p, 1)]))
+            .await
+            .status(),
+        201
+    );
+    app
+}
+
+/// `n` orders of one unit of `p`, one after the other: their latencies,
+/// sorted, and how many answered `status`.
+async fn sequential(app: &TestApp, p: Uuid, n: u64, status: u16) -> (Vec<Duration>, usize) {
+    let mut latencies = Vec::with_capacity(usize::try_from(n).unwrap());
+    let mut answered = 0;
+    for _ in 0..n {
+        let started = Instant::now();
+        let res = app.post_order(None, &order_body("b", &[(p, 1)])).await;
+        latencies.push(started.elapsed());
+        answered += usize::from(res.status() == status);
+    }
+    latencies.sort();
+    (latencies, answered)
 }
 
 async fn stampede() {
     let db = shopeasy_testkit::postgres().await.unwrap();
-    let inventory = FakeInventory::default();
-    let product = FakeProduct::default();
-    let p = Uuid::new_v4();
-    inventory.set_stock(p, 1_000_000);
-    product.add(p, 100);
-    let (inventory_server, product_server) = (inventory.serve().await, product.serve().await);
-    let mut settings = test_settings(db.url(), &inventory_server.url(), &product_server.url());
+    let shop = Shop::new(&[1_000_000]).await;
+    let (inventory, p) = (&shop.inventory, shop.products[0]);
+    let mut settings = shop.settings(db.url());
     // Long enough that the refreshed entry stays fresh for the whole burst.
     settings.resilience.stock_cache.ttl_seconds = Seconds::new(5.0);
     settings.resilience.inventory.timeout_seconds = Seconds::new(5.0);
     settings.resilience.inventory.max_concurrency = 2000;
     settings.resilience.product.max_concurrency = 2000;
     settings.resilience.product.timeout_seconds = Seconds::new(10.0);
-    settings.database.max_connections = 20;
-    settings.database.acquire_timeout_seconds = Seconds::new(30.0);
-    let app = TestApp::spawn(settings).await;
-    assert_eq!(
-        app.post_order(None, &order_body("s", &[(p, 1)]))
-            .await
-            .status(),
-        201
-    );
+    settings.storage.database.max_connections = 20;
+    settings.storage.database.acquire_timeout_seconds = Seconds::new(30.0);
+    let app = placed_once(settings, "s", p).await;
     tokio::time::sleep(Duration::from_millis(5100)).await; // the entry expires
     inventory.set_get_delay(Duration::from_millis(50));
     let before = inventory.get_calls();
@@ -209,41 +216,21 @@ async fn stampede() {
 
 async fn breaker_open_stale() {
     let db = shopeasy_testkit::postgres().await.unwrap();
-    let inventory = FakeInventory::default();
-    let product = FakeProduct::default();
-    let p = Uuid::new_v4();
-    inventory.set_stock(p, 1_000_000);
-    product.add(p, 100);
-    let (inventory_server, product_server) = (inventory.serve().await, product.serve().await);
-    let mut settings = test_settings(db.url(), &inventory_server.url(), &product_server.url());
+    let shop = Shop::new(&[1_000_000]).await;
+    let (inventory, p) = (&shop.inventory, shop.products[0]);
+    let mut settings = shop.settings(db.url());
     settings.resilience.inventory.break_duration_seconds = Seconds::new(600.0);
     settings.resilience.stock_cache.ttl_seconds = Seconds::new(0.05);
     settings.outbox.initial_backoff_seconds = Seconds::new(60.0);
     settings.outbox.max_backoff_seconds = Seconds::new(600.0);
-    let app = TestApp::spawn(settings).await;
-    assert_eq!(
-        app.post_order(None, &order_body("b", &[(p, 1)]))
-            .await
-            .status(),
-        201
-    );
+    let app = placed_once(settings, "b", p).await;
     inventory.set_mode(Mode::Unavailable);
     // Fail enough calls to open the breaker.
     for _ in 0..5 {
         let _ = app.post_order(None, &order_body("b", &[(p, 1)])).await;
     }
     let n = env("BENCH_REQUESTS", 2000);
-    let mut latencies = Vec::with_capacity(n as usize);
-    let mut accepted = 0;
-    for _ in 0..n {
-        let started = Instant::now();
-        let res = app.post_order(None, &order_body("b", &[(p, 1)])).await;
-        latencies.push(started.elapsed());
-        if res.status() == 202 {
-            accepted += 1;
-        }
-    }
-    latencies.sort();
+    let (latencies, accepted) = sequential(&app, p, n, 202).await;
     println!(
         "| breaker open + stale stock entry: POST /api/orders ({n} sequential, Postgres) | p50 {:.2} ms, p99 {:.2} ms; {accepted} of {n} answered 202 |",
         percentile(&latencies, 0.5).as_secs_f64() * 1e3,
@@ -252,20 +239,8 @@ async fn breaker_open_stale() {
     // Fast fail: a product never cached, so nothing can vouch for its
     // stock; the open breaker answers without a call and nothing is written.
     let unknown = Uuid::new_v4();
-    product.add(unknown, 100);
-    let mut latencies = Vec::with_capacity(n as usize);
-    let mut refused = 0;
-    for _ in 0..n {
-        let started = Instant::now();
-        let res = app
-            .post_order(None, &order_body("b", &[(unknown, 1)]))
-            .await;
-        latencies.push(started.elapsed());
-        if res.status() == 503 {
-            refused += 1;
-        }
-    }
-    latencies.sort();
+    shop.product.add(unknown, 100);
+    let (latencies, refused) = sequential(&app, unknown, n, 503).await;
     println!(
         "| breaker open, no cached stock: POST /api/orders fails fast ({n} sequential) | p50 {:.2} ms, p99 {:.2} ms; {refused} of {n} answered 503 + Retry-After |",
         percentile(&latencies, 0.5).as_secs_f64() * 1e3,

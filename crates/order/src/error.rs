@@ -7,7 +7,7 @@ use http::StatusCode;
 use shopeasy_runtime::problem::{FieldError, Problem};
 use uuid::Uuid;
 
-use crate::domain::Shortage;
+use crate::{domain::Shortage, store::StoreError};
 
 /// Seconds a client is told to wait before retrying after a 503.
 pub const RETRY_AFTER_SECONDS: u64 = 2;
@@ -65,17 +65,17 @@ pub enum Error {
     Internal(#[from] anyhow::Error),
 }
 
-impl From<sqlx::Error> for Error {
-    /// Unreachable, "not now" ([`shopeasy_runtime::db::is_transient`]:
-    /// overload, serialization failure, deadlock, …) or cancelled by
-    /// `statement_timeout` → 503 + `Retry-After` (a keyed client retry runs
-    /// the whole request again); anything else → 500.
-    fn from(e: sqlx::Error) -> Self {
-        if shopeasy_runtime::db::is_statement_timeout(&e) || shopeasy_runtime::db::is_transient(&e)
-        {
-            Self::DatabaseUnavailable(e)
-        } else {
-            Self::Internal(e.into())
+impl From<StoreError> for Error {
+    /// The HTTP layer's reading of a storage failure: unavailable → 503 +
+    /// `Retry-After` (a keyed client retry runs the whole request again);
+    /// no such order → 404; a rejected order → 409 `not-cancellable`; a
+    /// bug → 500.
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(e) => Self::DatabaseUnavailable(e),
+            StoreError::NotFound => Self::NotFound,
+            StoreError::Conflict => Self::NotCancellable,
+            StoreError::Internal(e) => Self::Internal(e),
         }
     }
 }
@@ -85,16 +85,22 @@ impl Error {
     pub fn to_problem(&self) -> Problem {
         match self {
             Self::Validation(errors) => Problem::validation(errors.iter().cloned()),
-            Self::NotFound => Problem::not_found().detail("no such order"),
-            Self::UnknownProducts(ids) => {
-                Problem::new(StatusCode::NOT_FOUND, "unknown-product", "Unknown product")
-                    .detail("some products do not exist")
-                    .extension("products", ids)
-            }
+            Self::NotFound => Problem::not_found("no such order"),
+            Self::UnknownProducts(ids) => Problem::new(
+                StatusCode::NOT_FOUND,
+                "unknown-product",
+                "Unknown product",
+                "some products do not exist",
+            )
+            .extension("products", ids),
             Self::OutOfStock { shortages, order } => {
-                let mut p = Problem::new(StatusCode::CONFLICT, "out-of-stock", "Out of stock")
-                    .detail("some products do not have enough stock")
-                    .extension("products", shortages);
+                let mut p = Problem::new(
+                    StatusCode::CONFLICT,
+                    "out-of-stock",
+                    "Out of stock",
+                    "some products do not have enough stock",
+                )
+                .extension("products", shortages);
                 if let Some(id) = order {
                     p = p.extension("order_id", id);
                 }
@@ -104,20 +110,20 @@ impl Error {
                 StatusCode::CONFLICT,
                 "not-cancellable",
                 "Order cannot be cancelled",
-            )
-            .detail("a rejected order holds no stock and cannot be cancelled"),
+                "a rejected order holds no stock and cannot be cancelled",
+            ),
             Self::KeyReused => Problem::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "idempotency-key-reused",
                 "Idempotency key reused",
-            )
-            .detail("this Idempotency-Key was used with a different request"),
+                "this Idempotency-Key was used with a different request",
+            ),
             Self::InProgress { retry_after } => Problem::new(
                 StatusCode::CONFLICT,
                 "request-in-progress",
                 "Request in progress",
+                "a request with this Idempotency-Key is still being processed",
             )
-            .detail("a request with this Idempotency-Key is still being processed")
             .retry_after(*retry_after),
             Self::InventoryUnavailable => Problem::unavailable(
                 "inventory is unavailable and no cached stock can answer",
@@ -133,8 +139,8 @@ impl Error {
                 StatusCode::GATEWAY_TIMEOUT,
                 "deadline-exceeded",
                 "Deadline exceeded",
-            )
-            .detail("the request's deadline passed before it could be completed"),
+                "the request's deadline passed before it could be completed",
+            ),
             Self::Failpoint(_) | Self::Internal(_) => Problem::internal(),
         }
     }

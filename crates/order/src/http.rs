@@ -47,7 +47,7 @@ pub fn router(orders: Orders, key_lock: Duration) -> Router {
         .route("/api/orders", post(place).get(list))
         .route("/api/orders/{id}", get(show))
         .route("/api/orders/{id}/cancel", post(cancel))
-        .fallback(|| async { Problem::not_found() })
+        .fallback(|| async { Problem::no_route() })
         .method_not_allowed_fallback(|| async { Problem::method_not_allowed() })
         .with_state(Api { orders, key_lock })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))

@@ -48,17 +48,12 @@ pub mod stock;
 pub mod stock_cache;
 pub mod store;
 
-use std::{net::SocketAddr, sync::Arc};
+use std::sync::Arc;
 
-use shopeasy_resilience::{
-    budget::{BudgetConfig, RetryBudget},
-    registry::Registry,
-};
+use shopeasy_resilience::{budget::RetryBudget, registry::Registry};
 use shopeasy_runtime::{
     admin::Admin,
-    db::Database,
-    lifecycle::{self, DEFAULT_DRAIN},
-    settings::common::{LogSettings, RetryBudgetSettings},
+    lifecycle::{self, Bound, Service},
 };
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -67,7 +62,7 @@ use crate::{
     clients::{inventory::InventoryClient, product::ProductClient},
     failpoints::Failpoints,
     outbox::WorkerConfig,
-    saga::{Orders, SagaTimings},
+    saga::{Orders, Ports, SagaTimings},
     settings::OrderSettings,
     stock_cache::StockCache,
     store::Store,
@@ -82,66 +77,70 @@ pub fn migrator() -> sqlx::migrate::Migrator {
     )])
 }
 
-/// The order service, built and bound, ready to run.
+/// The binary's name.
+pub const NAME: &str = shopeasy_runtime::topology::ORDER.binary;
+
+/// The order service, built, ready to be bound and run by
+/// `shopeasy_runtime::lifecycle`.
 #[derive(Debug)]
 pub struct App {
     settings: OrderSettings,
-    listener: TcpListener,
-    admin_listener: TcpListener,
     orders: Orders,
-    admin: Admin,
     inventory: InventoryClient,
     product: ProductClient,
     stock_cache: StockCache,
 }
 
 impl App {
-    /// Connects the database (running migrations), builds the clients and
-    /// binds both listeners (port 0 allowed).
+    /// The service with test failpoints, built and bound
+    /// ([`Service::build`] builds it without any).
     ///
     /// # Errors
-    /// When the database cannot be reached in `database.startup_timeout_seconds`,
-    /// a migration fails, an upstream URL is invalid, or a port cannot be bound.
-    pub async fn build(settings: OrderSettings) -> anyhow::Result<Self> {
-        Self::build_with(settings, Failpoints::default()).await
-    }
-
-    /// [`App::build`] with test failpoints.
-    ///
-    /// # Errors
-    /// As [`App::build`].
+    /// As [`Service::build`], or when a port cannot be bound.
     pub async fn build_with(
         settings: OrderSettings,
         failpoints: Failpoints,
+    ) -> anyhow::Result<Bound<Self>> {
+        let process = settings.process.clone();
+        let admin = Admin::default();
+        let app = Self::assemble(settings, failpoints, &admin).await?;
+        Bound::bind(&process, admin, app).await
+    }
+
+    /// Connects the database (running migrations) and builds the clients,
+    /// the stock cache and the use cases.
+    async fn assemble(
+        settings: OrderSettings,
+        failpoints: Failpoints,
+        admin: &Admin,
     ) -> anyhow::Result<Self> {
-        let db = Database::connect_and_migrate(
-            settings.database_url.expose(),
-            &settings.database,
-            &migrator(),
-        )
-        .await?;
+        let db =
+            lifecycle::connect_database("order", &settings.storage, &migrator(), admin).await?;
         let r = &settings.resilience;
+        tracing::info!(policy = %r.describe(), "worst-case amplification");
         let inventory = InventoryClient::new(
             &settings.inventory.url,
             &r.inventory,
-            RetryBudget::new(budget_config(&r.retry_budget)),
+            RetryBudget::new(r.budget()),
         )?;
         let product = ProductClient::new(
             &settings.product.url,
             &r.product,
-            RetryBudget::new(budget_config(&r.retry_budget)),
+            RetryBudget::new(r.budget()),
         )?;
         let stock_cache = StockCache::new(
             Arc::new(inventory.clone()),
             &r.stock_cache,
-            settings.redis_url.expose(),
+            settings.redis.redis_url.expose(),
         )?;
         let o = &settings.outbox;
         let orders = Orders::new(
-            Store::new(db.clone()),
-            Arc::new(product.clone()),
-            Arc::new(stock_cache.clone()),
-            Arc::new(inventory.clone()),
+            Store::new(db),
+            Ports {
+                catalog: Arc::new(product.clone()),
+                stock: Arc::new(stock_cache.clone()),
+                reservations: Arc::new(inventory.clone()),
+            },
             failpoints,
             SagaTimings {
                 lease: o.lease_seconds.get(),
@@ -150,11 +149,6 @@ impl App {
             },
         );
 
-        let admin = Admin::default();
-        admin.readiness("database", move || {
-            let db = db.clone();
-            async move { db.ping().await.map_err(|e| e.to_string()) }
-        });
         let registry = Registry::new();
         registry
             .breaker(inventory.breaker())
@@ -167,34 +161,13 @@ impl App {
             admin.report(section, move || registry.snapshot()[section].clone());
         }
 
-        let listener = lifecycle::bind(settings.listen_addr, "public HTTP").await?;
-        let admin_listener = lifecycle::bind(settings.admin_addr, "admin HTTP").await?;
         Ok(Self {
             settings,
-            listener,
-            admin_listener,
             orders,
-            admin,
             inventory,
             product,
             stock_cache,
         })
-    }
-
-    /// The public listener's address.
-    ///
-    /// # Errors
-    /// When the socket cannot say.
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
-    }
-
-    /// The admin listener's address.
-    ///
-    /// # Errors
-    /// When the socket cannot say.
-    pub fn admin_addr(&self) -> std::io::Result<SocketAddr> {
-        self.admin_listener.local_addr()
     }
 
     /// The use cases (tests drive the outbox worker through them).
@@ -216,13 +189,24 @@ impl App {
     pub fn stock_cache(&self) -> &StockCache {
         &self.stock_cache
     }
+}
 
-    /// Serves both listeners and runs the outbox worker and the key
-    /// cleanup until `shutdown`, then drains.
+impl Service for App {
+    type Settings = OrderSettings;
+    const NAME: &'static str = NAME;
+
+    /// Connects the database (running migrations) and builds the clients.
     ///
     /// # Errors
-    /// When serving fails.
-    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    /// When the database cannot be reached in `database.startup_timeout_seconds`,
+    /// a migration fails or an upstream URL is invalid.
+    async fn build(settings: OrderSettings, admin: &Admin) -> anyhow::Result<Self> {
+        Self::assemble(settings, Failpoints::default(), admin).await
+    }
+
+    /// Serves the public routes and runs the outbox worker and the key
+    /// cleanup until `shutdown`; the workers stop once the routes drained.
+    async fn serve(self, public: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
         let s = &self.settings;
         let workers = shutdown.child_token();
         let outbox = tokio::spawn(outbox::run(
@@ -240,49 +224,11 @@ impl App {
             s.idempotency.cleanup_interval_seconds.get(),
             workers.clone(),
         ));
-        let public = http::router(self.orders.clone(), s.idempotency.lock_seconds.get());
-        let (a, b) = tokio::join!(
-            lifecycle::serve(self.listener, public, shutdown.clone(), DEFAULT_DRAIN),
-            lifecycle::serve(
-                self.admin_listener,
-                self.admin.router(),
-                shutdown.clone(),
-                DEFAULT_DRAIN
-            ),
-        );
+        let router = http::router(self.orders.clone(), s.idempotency.lock_seconds.get());
+        let served = lifecycle::serve(public, router, shutdown, Self::DRAIN).await;
         workers.cancel();
         let _ = tokio::join!(outbox, cleanup);
-        a?;
-        b?;
+        served?;
         Ok(())
-    }
-}
-
-fn budget_config(s: &RetryBudgetSettings) -> BudgetConfig {
-    BudgetConfig {
-        ratio: s.ratio,
-        min_retries_per_window: s.min_retries_per_window,
-        window: s.window_seconds.get(),
-    }
-}
-
-impl lifecycle::Service for App {
-    type Settings = OrderSettings;
-    const NAME: &'static str = "shopeasy-order";
-
-    fn log(settings: &OrderSettings) -> &LogSettings {
-        &settings.log
-    }
-
-    fn otlp_endpoint(settings: &OrderSettings) -> &str {
-        &settings.otel_exporter_otlp_endpoint
-    }
-
-    async fn build(settings: OrderSettings) -> anyhow::Result<Self> {
-        App::build(settings).await
-    }
-
-    async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        App::run_until_stopped(self, shutdown).await
     }
 }

@@ -42,6 +42,23 @@ pub enum Placed {
     Pending(Order),
 }
 
+/// Inventory's answer to a reservation, once recorded.
+#[derive(Debug)]
+enum Reservation {
+    /// Reserved; `status` is the order's status afterwards (`confirmed`,
+    /// or `cancelled` if it was cancelled meanwhile), as of `at`.
+    Confirmed {
+        /// The order's status after recording.
+        status: OrderStatus,
+        /// When it was recorded (milliseconds).
+        at: i64,
+    },
+    /// Refused for these shortages: the order is `rejected`.
+    Rejected(Vec<Shortage>),
+    /// No answer: the reservation waits for the outbox.
+    Deferred(StockError),
+}
+
 /// Timings of the saga.
 #[derive(Debug, Clone, Copy)]
 pub struct SagaTimings {
@@ -54,34 +71,34 @@ pub struct SagaTimings {
     pub max_backoff: Duration,
 }
 
+/// The services the saga calls: Product for prices, a stock source
+/// (normally the stock cache) for availability, and Inventory for
+/// reservations. Ports, so tests script them without a network.
+#[derive(Debug, Clone)]
+pub struct Ports {
+    /// Prices (Product).
+    pub catalog: Arc<dyn Catalog>,
+    /// Availability before reserving (normally the stock cache).
+    pub stock: Arc<dyn StockSource>,
+    /// Reservations and releases (Inventory).
+    pub reservations: Arc<dyn Reservations>,
+}
+
 /// The order service's use cases.
 #[derive(Debug, Clone)]
 pub struct Orders {
     store: Store,
-    catalog: Arc<dyn Catalog>,
-    stock: Arc<dyn StockSource>,
-    reservations: Arc<dyn Reservations>,
+    ports: Ports,
     failpoints: Failpoints,
     timings: SagaTimings,
 }
 
 impl Orders {
-    /// The use cases over `store`, pricing with `catalog`, checking stock
-    /// with `stock` (normally the stock cache) and reserving with
-    /// `reservations`.
-    pub fn new(
-        store: Store,
-        catalog: Arc<dyn Catalog>,
-        stock: Arc<dyn StockSource>,
-        reservations: Arc<dyn Reservations>,
-        failpoints: Failpoints,
-        timings: SagaTimings,
-    ) -> Self {
+    /// The use cases over `store`, calling the services in `ports`.
+    pub fn new(store: Store, ports: Ports, failpoints: Failpoints, timings: SagaTimings) -> Self {
         Self {
             store,
-            catalog,
-            stock,
-            reservations,
+            ports,
             failpoints,
             timings,
         }
@@ -127,7 +144,7 @@ impl Orders {
                 // While Inventory's circuit is open a reservation would be
                 // refused anyway: the order goes to the outbox in the same
                 // commit, with no second write and no call.
-                let deferred = self.reservations.is_refusing();
+                let deferred = self.ports.reservations.is_refusing();
                 let first = if deferred {
                     FirstTry::Worker {
                         at: now + millis(self.timings.initial_backoff),
@@ -150,20 +167,14 @@ impl Orders {
             return Ok(Placed::Pending(order));
         }
         match self
-            .reservations
-            .reserve(order.id, order.stock_lines(), deadline)
-            .await
+            .reserve(&order, deadline, Some(Failpoint::AfterReserve))
+            .await?
         {
-            Ok(Reserved::Yes) => {
-                self.failpoints
-                    .check(Failpoint::AfterReserve)
-                    .map_err(Error::Failpoint)?;
-                let now = now_ms();
-                let status = self.store.record_reservation(order.id, None, now).await?;
+            Reservation::Confirmed { status, at } => {
                 let order = if status == OrderStatus::Confirmed {
                     Order {
                         status,
-                        updated_at: now,
+                        updated_at: at,
                         ..order
                     }
                 } else {
@@ -172,16 +183,11 @@ impl Orders {
                 };
                 Ok(Placed::Confirmed(order))
             }
-            Ok(Reserved::Insufficient(shortages)) => {
-                self.store
-                    .record_reservation(order.id, Some(&shortages), now_ms())
-                    .await?;
-                Err(Error::OutOfStock {
-                    shortages,
-                    order: Some(order.id),
-                })
-            }
-            Err(e) => {
+            Reservation::Rejected(shortages) => Err(Error::OutOfStock {
+                shortages,
+                order: Some(order.id),
+            }),
+            Reservation::Deferred(e) => {
                 tracing::info!(order = %order.id, error = %e, "reservation deferred to the outbox");
                 if let Some(task) = task {
                     // Hand the row to the worker without making the caller
@@ -200,6 +206,40 @@ impl Orders {
         }
     }
 
+    /// Asks Inventory to reserve `order`'s stock and records a definite
+    /// answer (the one step the request and the outbox worker share); with
+    /// `after_reserve`, that failpoint is checked between the two, where a
+    /// crash leaves stock reserved for a `pending` order.
+    async fn reserve(
+        &self,
+        order: &Order,
+        deadline: Option<Deadline>,
+        after_reserve: Option<Failpoint>,
+    ) -> Result<Reservation, Error> {
+        match self
+            .ports
+            .reservations
+            .reserve(order.id, order.stock_lines(), deadline)
+            .await
+        {
+            Ok(Reserved::Yes) => {
+                if let Some(point) = after_reserve {
+                    self.failpoints.check(point).map_err(Error::Failpoint)?;
+                }
+                let at = now_ms();
+                let status = self.store.record_reservation(order.id, None, at).await?;
+                Ok(Reservation::Confirmed { status, at })
+            }
+            Ok(Reserved::Insufficient(shortages)) => {
+                self.store
+                    .record_reservation(order.id, Some(&shortages), now_ms())
+                    .await?;
+                Ok(Reservation::Rejected(shortages))
+            }
+            Err(e) => Ok(Reservation::Deferred(e)),
+        }
+    }
+
     /// Prices every line and checks stock, concurrently per line; builds
     /// the `pending` order.
     async fn price_and_check(
@@ -212,12 +252,12 @@ impl Orders {
             join_all(
                 items
                     .iter()
-                    .map(|l| self.catalog.price_cents(l.product_id, deadline))
+                    .map(|l| self.ports.catalog.price_cents(l.product_id, deadline))
             ),
             join_all(
                 items
                     .iter()
-                    .map(|l| self.stock.available(l.product_id, deadline))
+                    .map(|l| self.ports.stock.available(l.product_id, deadline))
             ),
         );
         let mut unknown = Vec::new();
@@ -292,7 +332,7 @@ impl Orders {
     /// # Errors
     /// Database failures.
     pub async fn of_customer(&self, customer_id: &str) -> Result<Vec<Order>, Error> {
-        self.store.orders_of(customer_id, 100).await
+        Ok(self.store.orders_of(customer_id, 100).await?)
     }
 
     /// Cancels an order and releases its stock. Idempotent: cancelling a
@@ -314,18 +354,24 @@ impl Orders {
     }
 
     async fn run_release(&self, task: &Task, deadline: Option<Deadline>) -> Result<(), Error> {
-        match self.reservations.release(task.order_id, deadline).await {
+        match self
+            .ports
+            .reservations
+            .release(task.order_id, deadline)
+            .await
+        {
             Ok(()) => {
                 self.failpoints
                     .check(Failpoint::AfterRelease)
                     .map_err(Error::Failpoint)?;
-                self.store.finish_task(task).await
+                Ok(self.store.finish_task(task).await?)
             }
             Err(e) => {
                 tracing::info!(order = %task.order_id, error = %e, "release deferred to the outbox");
-                self.store
+                Ok(self
+                    .store
                     .retry_later(task, now_ms() + self.backoff_ms(task.attempts))
-                    .await
+                    .await?)
             }
         }
     }
@@ -343,42 +389,25 @@ impl Orders {
         match task.action {
             Action::Release => self.run_release(task, None).await,
             Action::Reserve => {
-                let Some(order) = self.store.order(task.order_id).await? else {
-                    return self.store.finish_task(task).await;
+                let order = self.store.order(task.order_id).await?;
+                let Some(order) = order.filter(|o| o.status == OrderStatus::Pending) else {
+                    return Ok(self.store.finish_task(task).await?);
                 };
-                if order.status != OrderStatus::Pending {
-                    return self.store.finish_task(task).await;
-                }
-                match self
-                    .reservations
-                    .reserve(order.id, order.stock_lines(), None)
-                    .await
-                {
-                    Ok(Reserved::Yes) => {
-                        self.store
-                            .record_reservation(order.id, None, now_ms())
-                            .await?;
-                        metrics::counter!("shopeasy_outbox_processed_total", "outcome" => "confirmed")
-                            .increment(1);
-                        Ok(())
-                    }
-                    Ok(Reserved::Insufficient(shortages)) => {
-                        self.store
-                            .record_reservation(order.id, Some(&shortages), now_ms())
-                            .await?;
-                        metrics::counter!("shopeasy_outbox_processed_total", "outcome" => "rejected")
-                            .increment(1);
-                        Ok(())
-                    }
-                    Err(e) => {
-                        tracing::debug!(order = %order.id, error = %e, "reservation still deferred");
-                        metrics::counter!("shopeasy_outbox_processed_total", "outcome" => "deferred")
-                            .increment(1);
-                        self.store
-                            .retry_later(task, now_ms() + self.backoff_ms(task.attempts))
-                            .await
-                    }
-                }
+                let (outcome, deferred) = match self.reserve(&order, None, None).await? {
+                    Reservation::Confirmed { .. } => ("confirmed", None),
+                    Reservation::Rejected(_) => ("rejected", None),
+                    Reservation::Deferred(e) => ("deferred", Some(e)),
+                };
+                metrics::counter!("shopeasy_outbox_processed_total", "outcome" => outcome)
+                    .increment(1);
+                let Some(e) = deferred else {
+                    return Ok(());
+                };
+                tracing::debug!(order = %order.id, error = %e, "reservation still deferred");
+                Ok(self
+                    .store
+                    .retry_later(task, now_ms() + self.backoff_ms(task.attempts))
+                    .await?)
             }
         }
     }
@@ -476,9 +505,11 @@ mod tests {
         .unwrap();
         let orders = Orders::new(
             Store::new(db),
-            inventory.clone(),
-            inventory.clone(),
-            inventory,
+            Ports {
+                catalog: inventory.clone(),
+                stock: inventory.clone(),
+                reservations: inventory,
+            },
             Failpoints::default(),
             SagaTimings {
                 lease: Duration::from_secs(30),
@@ -500,15 +531,8 @@ mod tests {
         .unwrap()
     }
 
-    #[tokio::test]
-    async fn unavailable_inventory_leaves_the_order_pending_for_the_worker() {
-        let inventory = Arc::new(Scripted::default());
-        inventory
-            .answers
-            .lock()
-            .unwrap()
-            .push(Err(StockError::Unavailable("down".into())));
-        let (orders, _db) = orders(inventory.clone()).await;
+    /// Places [`request`] and expects it handed to the worker (`pending`).
+    async fn place_pending(orders: &Orders) -> Order {
         let placed = orders
             .place(&request(), None, Resume::Start, None)
             .await
@@ -516,15 +540,40 @@ mod tests {
         let Placed::Pending(order) = placed else {
             panic!("{placed:?}")
         };
+        order
+    }
+
+    /// Claims the outbox tasks due now, as a worker does (one-second lease).
+    async fn claim_due(orders: &Orders) -> Vec<Task> {
+        orders
+            .store()
+            .claim_tasks(now_ms(), now_ms() + 1000, 10)
+            .await
+            .unwrap()
+    }
+
+    /// An order placed while Inventory does not answer: `pending`.
+    async fn placed_while_inventory_is_down()
+    -> (Arc<Scripted>, Orders, shopeasy_testkit::TestDatabase, Order) {
+        let inventory = Arc::new(Scripted::default());
+        inventory
+            .answers
+            .lock()
+            .unwrap()
+            .push(Err(StockError::Unavailable("down".into())));
+        let (orders, db) = orders(inventory.clone()).await;
+        let order = place_pending(&orders).await;
+        (inventory, orders, db, order)
+    }
+
+    #[tokio::test]
+    async fn unavailable_inventory_leaves_the_order_pending_for_the_worker() {
+        let (inventory, orders, _db, order) = placed_while_inventory_is_down().await;
         assert_eq!(order.total_cents, 10);
         // The hand-over to the worker is detached: wait for it (bounded).
         let mut tasks = Vec::new();
         for _ in 0..100 {
-            tasks = orders
-                .store()
-                .claim_tasks(now_ms(), now_ms() + 1000, 10)
-                .await
-                .unwrap();
+            tasks = claim_due(&orders).await;
             if !tasks.is_empty() {
                 break;
             }
@@ -550,21 +599,11 @@ mod tests {
             .refusing
             .store(true, std::sync::atomic::Ordering::SeqCst);
         let (orders, _db) = orders(inventory.clone()).await;
-        let placed = orders
-            .place(&request(), None, Resume::Start, None)
-            .await
-            .unwrap();
-        let Placed::Pending(order) = placed else {
-            panic!("{placed:?}")
-        };
+        let order = place_pending(&orders).await;
         assert!(inventory.reserves.lock().unwrap().is_empty(), "no call");
         // Written due for the worker, not leased to the request: claimable
         // at once (the lease would hold it for 30 s).
-        let tasks = orders
-            .store()
-            .claim_tasks(now_ms(), now_ms() + 1000, 10)
-            .await
-            .unwrap();
+        let tasks = claim_due(&orders).await;
         assert_eq!(tasks.len(), 1);
         inventory
             .refusing
@@ -579,20 +618,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_reservation_that_lands_after_a_cancel_is_released() {
-        let inventory = Arc::new(Scripted::default());
-        inventory
-            .answers
-            .lock()
-            .unwrap()
-            .push(Err(StockError::Unavailable("down".into())));
-        let (orders, _db) = orders(inventory.clone()).await;
-        let Placed::Pending(order) = orders
-            .place(&request(), None, Resume::Start, None)
-            .await
-            .unwrap()
-        else {
-            panic!("expected pending")
-        };
+        let (inventory, orders, _db, order) = placed_while_inventory_is_down().await;
         orders.cancel(order.id, None).await.unwrap();
         // A worker's reservation (started before the cancel) succeeds late.
         let status = orders
@@ -601,11 +627,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(status, OrderStatus::Cancelled, "never resurrected");
-        let tasks = orders
-            .store()
-            .claim_tasks(now_ms(), now_ms() + 1000, 10)
-            .await
-            .unwrap();
+        let tasks = claim_due(&orders).await;
         assert_eq!(tasks.len(), 1);
         assert_eq!(
             tasks[0].action,

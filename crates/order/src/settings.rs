@@ -1,34 +1,36 @@
 //! The order service's settings (SPEC §8). [`Default`] is the single source
 //! of truth for every default; [`Settings::validate`] checks every key.
 
-use std::net::SocketAddr;
-
 use serde::{Deserialize, Serialize};
-use shopeasy_runtime::settings::{
-    Seconds, Secret, SecretUrl, Settings, Validator,
-    common::{LogSettings, PoolSettings, RetryBudgetSettings},
+use shopeasy_resilience::{
+    breaker::BreakerConfig,
+    budget::BudgetConfig,
+    edge::EdgeConfig,
+    plan::{HopPolicy, Plan},
 };
+use shopeasy_runtime::redis_guard::RedisGuardSettings;
+use shopeasy_runtime::settings::{
+    DatabaseSettings, ProcessSettings, RedisSettings, Seconds, Secret, Settings, Validator,
+    common::RetryBudgetSettings,
+};
+use shopeasy_runtime::topology;
 
 /// Everything the order service can be told.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct OrderSettings {
-    /// Public HTTP listener (`/api/orders…`).
-    pub listen_addr: SocketAddr,
-    /// Admin listener (`/metrics`, `/health/*`, `/admin/resilience`).
-    pub admin_addr: SocketAddr,
-    /// The order database: `postgres://…` or `sqlite:FILE`.
-    pub database_url: SecretUrl,
+    /// Public HTTP listener (`/api/orders…`), admin listener (`/metrics`,
+    /// `/health/*`, `/admin/resilience`), logging and trace export.
+    #[serde(flatten)]
+    pub process: ProcessSettings,
+    /// The order database (`postgres://…` or `sqlite:FILE`) and its pool.
+    #[serde(flatten)]
+    pub storage: DatabaseSettings,
     /// Redis for the stock cache's second layer; empty = in-process only.
-    pub redis_url: SecretUrl,
+    #[serde(flatten)]
+    pub redis: RedisSettings,
     /// Bearer token of the admin surface.
     pub admin_token: Secret,
-    /// OTLP/gRPC endpoint for traces; empty = no export.
-    pub otel_exporter_otlp_endpoint: String,
-    /// Logging.
-    pub log: LogSettings,
-    /// The database pool.
-    pub database: PoolSettings,
     /// Where Inventory listens (gRPC).
     pub inventory: UpstreamSettings,
     /// Where Product listens (HTTP).
@@ -44,19 +46,15 @@ pub struct OrderSettings {
 impl Default for OrderSettings {
     fn default() -> Self {
         Self {
-            listen_addr: SocketAddr::from(([0, 0, 0, 0], 8082)),
-            admin_addr: SocketAddr::from(([0, 0, 0, 0], 9082)),
-            database_url: SecretUrl::new("sqlite:.shopeasy/order.db"),
-            redis_url: SecretUrl::default(),
+            process: ProcessSettings::new(&topology::ORDER),
+            storage: DatabaseSettings::sqlite("order"),
+            redis: RedisSettings::default(),
             admin_token: Secret::default(),
-            otel_exporter_otlp_endpoint: String::new(),
-            log: LogSettings::default(),
-            database: PoolSettings::default(),
             inventory: UpstreamSettings {
-                url: "http://127.0.0.1:50051".into(),
+                url: topology::INVENTORY.local_url(),
             },
             product: UpstreamSettings {
-                url: "http://127.0.0.1:8081".into(),
+                url: topology::PRODUCT.local_url(),
             },
             resilience: ResilienceSettings::default(),
             outbox: OutboxSettings::default(),
@@ -125,43 +123,136 @@ impl Default for EdgeSettings {
 }
 
 impl EdgeSettings {
+    /// The client stack's configuration for `target`: the one mapping of
+    /// these keys onto the stack, so the clients and the start-up policy
+    /// check read the same numbers. A trial call may take two attempt
+    /// timeouts before the breaker gives up on it.
+    pub fn config(&self, target: &'static str) -> EdgeConfig {
+        let attempt_timeout = self.timeout_seconds.get();
+        EdgeConfig {
+            max_retries: self.max_retries,
+            breaker: BreakerConfig {
+                failure_ratio: self.failure_ratio,
+                minimum_throughput: self.minimum_calls,
+                sampling_duration: self.sampling_window_seconds.get(),
+                break_duration: self.break_duration_seconds.get(),
+                trial_timeout: attempt_timeout.saturating_mul(2),
+            },
+            max_concurrency: usize::try_from(self.max_concurrency).unwrap_or(usize::MAX),
+            ..EdgeConfig::new(target, attempt_timeout)
+        }
+    }
+
+    /// Checks every key under `prefix` (`resilience.inventory`), then the
+    /// combinations: a breaker window that cannot hold two attempts never
+    /// sees enough calls to open (the rules of `resilience::plan`, each
+    /// named by the keys that break it).
     fn validate(&self, prefix: &str, v: &mut Validator) {
-        v.seconds(
-            &format!("{prefix}.timeout_seconds"),
-            self.timeout_seconds,
-            0.001..=60.0,
-        );
-        v.number(&format!("{prefix}.max_retries"), self.max_retries, 0..=10);
-        v.seconds(
-            &format!("{prefix}.break_duration_seconds"),
-            self.break_duration_seconds,
-            0.01..=3600.0,
-        );
-        v.ratio(
-            &format!("{prefix}.failure_ratio"),
-            self.failure_ratio,
-            0.01..=1.0,
-        );
-        v.number(
-            &format!("{prefix}.minimum_calls"),
-            self.minimum_calls,
-            1..=10_000,
-        );
-        v.seconds(
-            &format!("{prefix}.sampling_window_seconds"),
-            self.sampling_window_seconds,
-            0.1..=3600.0,
-        );
-        v.number(
-            &format!("{prefix}.max_concurrency"),
-            self.max_concurrency,
-            1..=10_000,
-        );
-        v.seconds(
-            &format!("{prefix}.connect_timeout_seconds"),
-            self.connect_timeout_seconds,
-            0.01..=60.0,
-        );
+        let seconds = [
+            ("timeout_seconds", self.timeout_seconds, 0.001..=60.0),
+            (
+                "break_duration_seconds",
+                self.break_duration_seconds,
+                0.01..=3600.0,
+            ),
+            (
+                "sampling_window_seconds",
+                self.sampling_window_seconds,
+                0.1..=3600.0,
+            ),
+            (
+                "connect_timeout_seconds",
+                self.connect_timeout_seconds,
+                0.01..=60.0,
+            ),
+        ];
+        for (key, value, range) in seconds {
+            v.seconds(&format!("{prefix}.{key}"), value, range);
+        }
+        let counts = [
+            ("max_retries", self.max_retries, 0..=10),
+            ("minimum_calls", self.minimum_calls, 1..=10_000),
+            ("max_concurrency", self.max_concurrency, 1..=10_000),
+        ];
+        for (key, value, range) in counts {
+            v.number(&format!("{prefix}.{key}"), value, range);
+        }
+        let ratio = format!("{prefix}.failure_ratio");
+        v.ratio(&ratio, self.failure_ratio, 0.01..=1.0);
+        if self.sampling_window_seconds.as_f64() < 2.0 * self.timeout_seconds.as_f64() {
+            v.fail(
+                &format!("{prefix}.sampling_window_seconds"),
+                self.sampling_window_seconds.as_f64(),
+                format!(
+                    "must cover two attempts: at least 2 × {prefix}.timeout_seconds ({})",
+                    2.0 * self.timeout_seconds.as_f64()
+                ),
+            );
+        }
+    }
+}
+
+impl ResilienceSettings {
+    /// The retry budget each client's [`RetryBudget`](shopeasy_resilience::budget::RetryBudget)
+    /// is made of (one per target, all of these settings).
+    pub fn budget(&self) -> BudgetConfig {
+        let b = &self.retry_budget;
+        BudgetConfig {
+            ratio: b.ratio,
+            min_retries_per_window: b.min_retries_per_window,
+            window: b.window_seconds.get(),
+        }
+    }
+
+    /// This service's own hops, for the start-up policy check: order →
+    /// inventory and order → product, as the clients are built.
+    pub fn hops(&self) -> [HopPolicy; 2] {
+        [
+            self.inventory
+                .config(crate::clients::inventory::TARGET)
+                .hop("order→inventory", self.budget()),
+            self.product
+                .config(crate::clients::product::TARGET)
+                .hop("order→product", self.budget()),
+        ]
+    }
+
+    /// The start-up log line: each of this service's hops with its worst
+    /// case (`max_retries + 1` attempts of `timeout_seconds`) and what the
+    /// retry budget brings that down to. A hop the policy check refuses is
+    /// described with its violations instead (validation names the keys).
+    pub fn describe(&self) -> String {
+        self.hops()
+            .into_iter()
+            .map(|hop| match Plan::new(vec![hop]) {
+                Ok(plan) => plan.describe(),
+                Err(e) => e.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// Checks every `resilience.*` key, each edge's combinations included.
+    /// (A stock fetch shorter than one Inventory attempt is allowed: the
+    /// fetch's deadline then bounds the attempt, which is what it is for.)
+    fn validate(&self, v: &mut Validator) {
+        self.inventory.validate("resilience.inventory", v);
+        self.product.validate("resilience.product", v);
+        self.retry_budget.validate("resilience.retry_budget", v);
+        let c = &self.stock_cache;
+        let seconds = [
+            ("ttl_seconds", c.ttl_seconds, 0.001..=3600.0),
+            ("max_stale_seconds", c.max_stale_seconds, 0.0..=604_800.0),
+            (
+                "fetch_timeout_seconds",
+                c.fetch_timeout_seconds,
+                0.001..=60.0,
+            ),
+        ];
+        for (key, value, range) in seconds {
+            v.seconds(&format!("resilience.stock_cache.{key}"), value, range);
+        }
+        c.redis.validate("resilience.stock_cache", v);
     }
 }
 
@@ -174,8 +265,12 @@ pub struct StockCacheSettings {
     /// How long an expired entry may still answer while Inventory is
     /// unavailable.
     pub max_stale_seconds: Seconds,
-    /// Bound of every Redis call (Redis trouble degrades to in-process).
-    pub redis_timeout_seconds: Seconds,
+    /// `redis_timeout_seconds` (the bound of every Redis call; Redis
+    /// trouble degrades to in-process) and `redis_retry_seconds` (how long
+    /// Redis is skipped after an error): the runtime's Redis guard, as in
+    /// product's read cache.
+    #[serde(flatten)]
+    pub redis: RedisGuardSettings,
     /// Deadline of a shared (single-flight) fetch from Inventory.
     pub fetch_timeout_seconds: Seconds,
     /// Prefix of the Redis keys.
@@ -187,7 +282,7 @@ impl Default for StockCacheSettings {
         Self {
             ttl_seconds: Seconds::new(2.0),
             max_stale_seconds: Seconds::new(3600.0),
-            redis_timeout_seconds: Seconds::new(0.05),
+            redis: RedisGuardSettings::default(),
             fetch_timeout_seconds: Seconds::new(3.0),
             key_prefix: "shopeasy:order:".into(),
         }
@@ -249,29 +344,18 @@ impl Default for IdempotencySettings {
     }
 }
 
+/// Where the lifecycle finds the listeners, log and telemetry settings.
+impl AsRef<ProcessSettings> for OrderSettings {
+    fn as_ref(&self) -> &ProcessSettings {
+        &self.process
+    }
+}
+
 impl Settings for OrderSettings {
     fn validate(&self, v: &mut Validator) {
-        v.url(
-            "database_url",
-            &self.database_url.masked(),
-            self.database_url.expose(),
-            &["postgres", "postgresql", "sqlite"],
-            false,
-        );
-        v.url(
-            "redis_url",
-            &self.redis_url.masked(),
-            self.redis_url.expose(),
-            &["redis", "rediss"],
-            true,
-        );
-        v.url(
-            "otel_exporter_otlp_endpoint",
-            &self.otel_exporter_otlp_endpoint,
-            &self.otel_exporter_otlp_endpoint,
-            &["http", "https"],
-            true,
-        );
+        self.process.validate(v);
+        self.storage.validate(v);
+        self.redis.validate(v);
         v.url(
             "inventory.url",
             &self.inventory.url,
@@ -286,66 +370,37 @@ impl Settings for OrderSettings {
             &["http", "https"],
             false,
         );
-        self.log.validate("log", v);
-        self.database.validate("database", v);
-        self.resilience
-            .inventory
-            .validate("resilience.inventory", v);
-        self.resilience.product.validate("resilience.product", v);
-        self.resilience
-            .retry_budget
-            .validate("resilience.retry_budget", v);
-        let c = &self.resilience.stock_cache;
-        v.seconds(
-            "resilience.stock_cache.ttl_seconds",
-            c.ttl_seconds,
-            0.001..=3600.0,
-        );
-        v.seconds(
-            "resilience.stock_cache.max_stale_seconds",
-            c.max_stale_seconds,
-            0.0..=604_800.0,
-        );
-        v.seconds(
-            "resilience.stock_cache.redis_timeout_seconds",
-            c.redis_timeout_seconds,
-            0.001..=5.0,
-        );
-        v.seconds(
-            "resilience.stock_cache.fetch_timeout_seconds",
-            c.fetch_timeout_seconds,
-            0.001..=60.0,
-        );
+        self.resilience.validate(v);
         let o = &self.outbox;
-        v.seconds(
-            "outbox.poll_interval_seconds",
-            o.poll_interval_seconds,
-            0.01..=60.0,
-        );
-        v.number("outbox.batch_size", o.batch_size, 1..=1000);
-        v.seconds("outbox.lease_seconds", o.lease_seconds, 0.1..=3600.0);
-        v.seconds(
-            "outbox.initial_backoff_seconds",
-            o.initial_backoff_seconds,
-            0.001..=60.0,
-        );
-        v.seconds(
-            "outbox.max_backoff_seconds",
-            o.max_backoff_seconds,
-            0.01..=3600.0,
-        );
+        v.within("outbox", |v| {
+            v.seconds(
+                "poll_interval_seconds",
+                o.poll_interval_seconds,
+                0.01..=60.0,
+            );
+            v.number("batch_size", o.batch_size, 1..=1000);
+            v.seconds("lease_seconds", o.lease_seconds, 0.1..=3600.0);
+            v.seconds(
+                "initial_backoff_seconds",
+                o.initial_backoff_seconds,
+                0.001..=60.0,
+            );
+            v.seconds("max_backoff_seconds", o.max_backoff_seconds, 0.01..=3600.0);
+        });
         let i = &self.idempotency;
-        v.seconds(
-            "idempotency.retention_seconds",
-            i.retention_seconds,
-            86_400.0..=31_536_000.0,
-        );
-        v.seconds("idempotency.lock_seconds", i.lock_seconds, 0.1..=3600.0);
-        v.seconds(
-            "idempotency.cleanup_interval_seconds",
-            i.cleanup_interval_seconds,
-            1.0..=86_400.0,
-        );
+        v.within("idempotency", |v| {
+            v.seconds(
+                "retention_seconds",
+                i.retention_seconds,
+                86_400.0..=31_536_000.0,
+            );
+            v.seconds("lock_seconds", i.lock_seconds, 0.1..=3600.0);
+            v.seconds(
+                "cleanup_interval_seconds",
+                i.cleanup_interval_seconds,
+                1.0..=86_400.0,
+            );
+        });
     }
 }
 
@@ -358,8 +413,8 @@ mod tests {
     fn defaults_are_valid_and_match_the_spec() {
         let s: OrderSettings = Loader::new().load().unwrap();
         assert_eq!(s, OrderSettings::default());
-        assert_eq!(s.listen_addr.port(), 8082);
-        assert_eq!(s.admin_addr.port(), 9082);
+        assert_eq!(s.process.listen_addr.port(), 8082);
+        assert_eq!(s.process.admin_addr.port(), 9082);
         assert_eq!(s.inventory.url, "http://127.0.0.1:50051");
         assert_eq!(s.product.url, "http://127.0.0.1:8081");
         let inv = &s.resilience.inventory;
@@ -402,5 +457,55 @@ mod tests {
                 "idempotency.retention_seconds"
             ]
         );
+    }
+
+    #[test]
+    fn a_breaker_window_shorter_than_two_attempts_is_refused_naming_both_keys() {
+        let err = Loader::new()
+            .env([
+                ("RESILIENCE__PRODUCT__TIMEOUT_SECONDS", "10"),
+                ("RESILIENCE__PRODUCT__SAMPLING_WINDOW_SECONDS", "15"),
+            ])
+            .load::<OrderSettings>()
+            .unwrap_err();
+        let SettingsError::Invalid(errors) = err else {
+            panic!("{err}")
+        };
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].key, "resilience.product.sampling_window_seconds");
+        assert!(
+            errors[0]
+                .allowed
+                .contains("resilience.product.timeout_seconds"),
+            "{}",
+            errors[0]
+        );
+    }
+
+    #[test]
+    fn an_edge_maps_once_onto_the_stack_and_the_policy_check() {
+        let s = OrderSettings::default();
+        let edge = s.resilience.inventory.config("inventory");
+        assert_eq!(edge.target, "inventory");
+        assert_eq!(edge.attempt_timeout, std::time::Duration::from_secs(3));
+        assert_eq!(edge.max_retries, 2);
+        assert_eq!(edge.max_concurrency, 64);
+        assert_eq!(edge.breaker.minimum_throughput, 5);
+        assert_eq!(
+            edge.breaker.sampling_duration,
+            std::time::Duration::from_secs(30)
+        );
+        assert_eq!(
+            edge.breaker.trial_timeout,
+            std::time::Duration::from_secs(6)
+        );
+        assert_eq!(s.resilience.budget().ratio, 0.2);
+        let [inventory, product] = s.resilience.hops();
+        assert_eq!(inventory.name, "order→inventory");
+        assert_eq!(product.name, "order→product");
+        assert_eq!(inventory.deadline, Some(edge.deadline_cap()));
+        let line = s.resilience.describe();
+        assert!(line.contains("worst case 3 attempts"), "{line}");
+        assert!(line.contains("order→product"), "{line}");
     }
 }

@@ -11,29 +11,24 @@
 //!    first looks there for a fresh value another replica stored, and every
 //!    value fetched from Inventory is written back. When Inventory is
 //!    unavailable and this process has no copy (say, just after a
-//!    restart), a stale Redis copy still answers. Every Redis call has its
-//!    own short timeout, and a failing Redis rests for a second: Redis
-//!    trouble degrades to layer 1 and never fails an order.
+//!    restart), a stale Redis copy still answers. Every Redis call goes
+//!    through the runtime's Redis guard, as product's read cache does: its
+//!    own short timeout (`redis_timeout_seconds`), and a failing Redis rests
+//!    for `redis_retry_seconds`: Redis trouble degrades to layer 1 and never
+//!    fails an order.
 //! 3. **Inventory** — through the resilient client.
 //!
 //! Only a product with no usable value anywhere gets
 //! [`StockError::Unavailable`] (the order answers 503).
 
-use std::{
-    sync::{Arc, Mutex, PoisonError},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use futures::future::BoxFuture;
-use redis::{
-    Client,
-    aio::{ConnectionManager, ConnectionManagerConfig},
-};
 use shopeasy_resilience::{
     deadline::Deadline,
     stale_cache::{CacheConfig, CacheError, StaleCache},
 };
-use tokio::time::Instant;
+use shopeasy_runtime::redis_guard::{RedisGuard, RedisGuardSettings, Unavailable};
 use uuid::Uuid;
 
 use crate::{
@@ -44,9 +39,6 @@ use crate::{
 
 /// The metric prefix: `shopeasy_stock_cache_requests_total{result}`.
 pub const METRIC: &str = "shopeasy_stock_cache";
-
-/// How long a failing Redis is left alone before it is tried again.
-const REDIS_REST: Duration = Duration::from_secs(1);
 
 /// Stock per product, cached (see the module docs).
 #[derive(Debug, Clone)]
@@ -74,7 +66,7 @@ impl StockCache {
             Some(RedisStock::new(
                 redis_url,
                 &settings.key_prefix,
-                settings.redis_timeout_seconds.get(),
+                &settings.redis,
                 ttl + settings.max_stale_seconds.get(),
             )?)
         };
@@ -125,6 +117,30 @@ impl StockCache {
     pub fn layer(&self) -> &StaleCache<Uuid, i64> {
         &self.cache
     }
+
+    /// Layer 1; when Inventory is unavailable and layer 1 has nothing
+    /// usable, a stale Redis copy (see the module docs).
+    async fn lookup(
+        &self,
+        product: Uuid,
+        deadline: Option<Deadline>,
+    ) -> Result<Option<i64>, StockError> {
+        let e = match self.cache.get(product, deadline).await {
+            Ok(cached) => return Ok(Some(cached.value)),
+            Err(CacheError::NotFound) => return Ok(None),
+            Err(e) => e,
+        };
+        if e.is_unavailable()
+            && let Some(l2) = &self.l2
+            && let Some((value, age)) = l2.get(product).await
+            && age <= self.usable_for
+        {
+            metrics::counter!("shopeasy_stock_cache_l2_requests_total", "result" => "stale")
+                .increment(1);
+            return Ok(Some(value));
+        }
+        Err(StockError::Unavailable(e.to_string()))
+    }
 }
 
 impl StockSource for StockCache {
@@ -133,60 +149,30 @@ impl StockSource for StockCache {
         product: Uuid,
         deadline: Option<Deadline>,
     ) -> BoxFuture<'_, Result<Option<i64>, StockError>> {
-        Box::pin(async move {
-            match self.cache.get(product, deadline).await {
-                Ok(cached) => Ok(Some(cached.value)),
-                Err(CacheError::NotFound) => Ok(None),
-                Err(e) => {
-                    if e.is_unavailable()
-                        && let Some(l2) = &self.l2
-                        && let Some((value, age)) = l2.get(product).await
-                        && age <= self.usable_for
-                    {
-                        metrics::counter!("shopeasy_stock_cache_l2_requests_total", "result" => "stale")
-                            .increment(1);
-                        return Ok(Some(value));
-                    }
-                    Err(StockError::Unavailable(e.to_string()))
-                }
-            }
-        })
+        Box::pin(self.lookup(product, deadline))
     }
 }
 
 /// The Redis layer: `<prefix>stock:<product id>` = `<available>:<unix ms>`,
 /// expiring when it is too old to serve even stale.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 struct RedisStock {
-    conn: ConnectionManager,
+    redis: RedisGuard,
     prefix: String,
-    timeout: Duration,
     expiry: Duration,
-    resting_until: Arc<Mutex<Option<Instant>>>,
-}
-
-impl std::fmt::Debug for RedisStock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisStock")
-            .field("prefix", &self.prefix)
-            .finish_non_exhaustive()
-    }
 }
 
 impl RedisStock {
-    fn new(url: &str, prefix: &str, timeout: Duration, expiry: Duration) -> anyhow::Result<Self> {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout.max(Duration::from_millis(500))))
-            .set_response_timeout(Some(timeout))
-            .set_min_delay(Duration::from_millis(100))
-            .set_max_delay(Duration::from_secs(5))
-            .set_number_of_retries(6);
+    fn new(
+        url: &str,
+        prefix: &str,
+        guard: &RedisGuardSettings,
+        expiry: Duration,
+    ) -> anyhow::Result<Self> {
         Ok(Self {
-            conn: ConnectionManager::new_lazy_with_config(Client::open(url)?, config)?,
+            redis: RedisGuard::new("stock cache", url, guard)?,
             prefix: prefix.to_owned(),
-            timeout,
             expiry,
-            resting_until: Arc::default(),
         })
     }
 
@@ -194,55 +180,23 @@ impl RedisStock {
         format!("{}stock:{product}", self.prefix)
     }
 
-    fn resting(&self) -> bool {
-        let guard = self
-            .resting_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        guard.is_some_and(|until| Instant::now() < until)
-    }
-
-    /// One bounded Redis call; a failure rests Redis for [`REDIS_REST`].
-    async fn call<T>(&self, cmd: redis::Cmd) -> Option<T>
-    where
-        T: redis::FromRedisValue,
-    {
-        if self.resting() {
-            metrics::counter!("shopeasy_stock_cache_l2_requests_total", "result" => "resting")
-                .increment(1);
-            return None;
-        }
-        let mut conn = self.conn.clone();
-        let result = tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut conn)).await;
-        match result {
-            Ok(Ok(v)) => Some(v),
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "redis stock cache call failed");
-                self.rest();
-                None
-            }
-            Err(_) => {
-                tracing::debug!(timeout = ?self.timeout, "redis stock cache call timed out");
-                self.rest();
-                None
-            }
-        }
-    }
-
-    fn rest(&self) {
-        metrics::counter!("shopeasy_stock_cache_l2_requests_total", "result" => "error")
+    /// One guarded Redis call, counted by how it ended.
+    async fn call<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Option<T> {
+        let result = match self.redis.query(cmd).await {
+            Ok(v) => return Some(v),
+            Err(Unavailable::Resting) => "resting",
+            Err(Unavailable::Failed) => "error",
+        };
+        metrics::counter!("shopeasy_stock_cache_l2_requests_total", "result" => result)
             .increment(1);
-        *self
-            .resting_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + REDIS_REST);
+        None
     }
 
     /// The stored value and its age.
     async fn get(&self, product: Uuid) -> Option<(i64, Duration)> {
         let mut cmd = redis::cmd("GET");
         cmd.arg(self.key(product));
-        let raw: Option<String> = self.call(cmd).await?;
+        let raw: Option<String> = self.call(&cmd).await?;
         let (value, at) = raw.as_deref()?.split_once(':')?;
         let value = value.parse().ok()?;
         let at: i64 = at.parse().ok()?;
@@ -260,6 +214,6 @@ impl RedisStock {
                     .unwrap_or(u64::MAX)
                     .max(1),
             );
-        let _: Option<()> = self.call(cmd).await;
+        let _: Option<()> = self.call(&cmd).await;
     }
 }

@@ -16,6 +16,11 @@
 //!     "sku":"TEA-001","name":"Tea","description":"","price_cents":450,"currency":"EUR"}"#).unwrap();
 //! assert_eq!(p.price_cents, 450);
 //! ```
+//!
+//! [`demo`] holds the demo catalogue (products, stock and their SKU-derived
+//! ids) that Product and Inventory seed and the launcher turns on.
+
+pub mod demo;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;

@@ -15,8 +15,9 @@
 //!   SQLite), keyset pagination by [`cursor::Cursor`].
 //! - [`settings`]: [`ProductSettings`], the service's typed settings.
 //!
-//! [`App`] ties them to two listeners (public and admin) and implements
-//! `shopeasy_runtime::lifecycle::Service`, so `main` is a few lines.
+//! [`App`] is the `shopeasy_runtime::lifecycle::Service`: the lifecycle
+//! binds the public and admin listeners and serves it, so `main` is a few
+//! lines and a test starts it with `lifecycle::spawn::<App>(settings)`.
 
 pub mod cache;
 pub mod catalogue;
@@ -25,17 +26,14 @@ pub mod cursor;
 pub mod domain;
 mod error;
 pub mod http;
+pub mod seed;
 pub mod settings;
 pub mod store;
-
-use std::net::SocketAddr;
 
 use axum::Router;
 use shopeasy_runtime::{
     admin::Admin,
-    db::Database,
     lifecycle::{self, Service},
-    settings::common::LogSettings,
 };
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -46,7 +44,7 @@ pub use settings::ProductSettings;
 use crate::{cache::ReadCache, catalogue::Catalogue};
 
 /// The binary's name.
-pub const NAME: &str = "shopeasy-product";
+pub const NAME: &str = shopeasy_runtime::topology::PRODUCT.binary;
 
 /// The embedded migrations of `migrations/product/`.
 pub fn migrator() -> sqlx::migrate::Migrator {
@@ -57,92 +55,15 @@ pub fn migrator() -> sqlx::migrate::Migrator {
     )])
 }
 
-/// The running service: both listeners bound, the database migrated.
+/// The Product service, built, ready to be bound and run by
+/// `shopeasy_runtime::lifecycle`.
 #[derive(Debug)]
 pub struct App {
-    public: TcpListener,
-    admin_listener: TcpListener,
     router: Router,
-    admin: Admin,
     catalogue: Catalogue,
 }
 
 impl App {
-    /// Connects the database (running migrations), sets up the cache and
-    /// binds both listeners (port 0 allowed).
-    ///
-    /// # Errors
-    /// When the database does not answer within
-    /// `database.startup_timeout_seconds`, a migration fails, a URL is
-    /// invalid or an address cannot be bound.
-    pub async fn build(settings: ProductSettings) -> anyhow::Result<Self> {
-        let db = Database::connect_and_migrate(
-            settings.database_url.expose(),
-            &settings.database,
-            &migrator(),
-        )
-        .await?;
-        let cache = if settings.cache.enabled {
-            Some(ReadCache::new(
-                &settings.cache,
-                settings.redis_url.expose(),
-            )?)
-        } else {
-            None
-        };
-        let catalogue = Catalogue::new(
-            store::ProductStore::new(db.clone()),
-            cache.clone(),
-            // A shared read is bounded by the pool's own limits.
-            settings.database.acquire_timeout_seconds.get()
-                + settings.database.statement_timeout_seconds.get(),
-        );
-
-        let admin = Admin::default();
-        admin.readiness("database", move || {
-            let db = db.clone();
-            async move { db.ping().await.map_err(|e| e.to_string()) }
-        });
-        if let Some(cache) = cache {
-            admin.report("product_cache", move || cache.report());
-        }
-
-        let router = http::router(http::AppState {
-            catalogue: catalogue.clone(),
-            admin_token: settings.admin_token.clone(),
-        });
-        let public = lifecycle::bind(settings.listen_addr, "listen_addr").await?;
-        let admin_listener = lifecycle::bind(settings.admin_addr, "admin_addr").await?;
-        tracing::info!(
-            listen = %public.local_addr()?,
-            admin = %admin_listener.local_addr()?,
-            "shopeasy-product ready to serve"
-        );
-        Ok(Self {
-            public,
-            admin_listener,
-            router,
-            admin,
-            catalogue,
-        })
-    }
-
-    /// The public listener's address.
-    ///
-    /// # Errors
-    /// When the socket cannot say.
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.public.local_addr()
-    }
-
-    /// The admin listener's address.
-    ///
-    /// # Errors
-    /// When the socket cannot say.
-    pub fn admin_addr(&self) -> std::io::Result<SocketAddr> {
-        self.admin_listener.local_addr()
-    }
-
     /// The catalogue (tests seed through it).
     pub fn catalogue(&self) -> &Catalogue {
         &self.catalogue
@@ -153,23 +74,43 @@ impl Service for App {
     type Settings = ProductSettings;
     const NAME: &'static str = NAME;
 
-    fn log(settings: &ProductSettings) -> &LogSettings {
-        &settings.log
+    /// Connects the database (running migrations) and sets up the cache.
+    ///
+    /// # Errors
+    /// When the database does not answer within
+    /// `database.startup_timeout_seconds`, a migration fails or a URL is
+    /// invalid.
+    async fn build(settings: ProductSettings, admin: &Admin) -> anyhow::Result<Self> {
+        let db =
+            lifecycle::connect_database("product", &settings.storage, &migrator(), admin).await?;
+        let cache = if settings.cache.enabled {
+            Some(ReadCache::new(
+                &settings.cache,
+                settings.redis.redis_url.expose(),
+            )?)
+        } else {
+            None
+        };
+        let pool = &settings.storage.database;
+        let catalogue = Catalogue::new(
+            store::ProductStore::new(db),
+            cache.clone(),
+            // A shared read is bounded by the pool's own limits.
+            pool.acquire_timeout_seconds.get() + pool.statement_timeout_seconds.get(),
+        );
+        seed::demo_if_empty(settings.demo_seed, &catalogue).await?;
+        if let Some(cache) = cache {
+            admin.report("product_cache", move || cache.report());
+        }
+        let router = http::router(http::AppState {
+            catalogue: catalogue.clone(),
+            admin_token: settings.admin_token.clone(),
+        });
+        Ok(Self { router, catalogue })
     }
 
-    fn otlp_endpoint(settings: &ProductSettings) -> &str {
-        &settings.otel_exporter_otlp_endpoint
-    }
-
-    async fn build(settings: ProductSettings) -> anyhow::Result<Self> {
-        App::build(settings).await
-    }
-
-    async fn run_until_stopped(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let drain = lifecycle::DEFAULT_DRAIN;
-        let public = lifecycle::serve(self.public, self.router, shutdown.clone(), drain);
-        let admin = lifecycle::serve(self.admin_listener, self.admin.router(), shutdown, drain);
-        tokio::try_join!(public, admin)?;
+    async fn serve(self, public: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+        lifecycle::serve(public, self.router, shutdown, Self::DRAIN).await?;
         Ok(())
     }
 }

@@ -1,51 +1,48 @@
 //! The Product service's settings (SPEC §8). [`ProductSettings::default`] is
 //! the single source of truth for every default.
 
-use std::net::SocketAddr;
-
 use serde::{Deserialize, Serialize};
-use shopeasy_runtime::settings::{
-    Seconds, Secret, SecretUrl, Settings, Validator,
-    common::{LogSettings, PoolSettings},
+use shopeasy_runtime::{
+    redis_guard::RedisGuardSettings,
+    settings::{
+        DatabaseSettings, ProcessSettings, RedisSettings, Seconds, Secret, Settings, Validator,
+    },
+    topology,
 };
 
 /// Everything `shopeasy-product` can be told.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct ProductSettings {
-    /// The public HTTP listener.
-    pub listen_addr: SocketAddr,
-    /// The admin listener (`/metrics`, `/health/*`, `/admin/resilience`).
-    pub admin_addr: SocketAddr,
-    /// Postgres or SQLite URL of the catalogue.
-    pub database_url: SecretUrl,
+    /// The public HTTP listener, the admin listener (`/metrics`, `/health/*`,
+    /// `/admin/resilience`), logs and trace export.
+    #[serde(flatten)]
+    pub process: ProcessSettings,
+    /// The catalogue's Postgres or SQLite URL and its pool.
+    #[serde(flatten)]
+    pub storage: DatabaseSettings,
     /// Redis for the read cache; empty = an in-process cache.
-    pub redis_url: SecretUrl,
+    #[serde(flatten)]
+    pub redis: RedisSettings,
     /// Bearer token of the admin routes (create, update, delete); empty =
     /// those routes always answer 401.
     pub admin_token: Secret,
-    /// OTLP/gRPC endpoint for traces; empty = none exported.
-    pub otel_exporter_otlp_endpoint: String,
-    /// Logs.
-    pub log: LogSettings,
-    /// The database pool.
-    pub database: PoolSettings,
     /// The read cache.
     pub cache: CacheSettings,
+    /// Seed the demo catalogue on an empty database (`DEMO_SEED`): compose,
+    /// the Kubernetes demo and the launcher turn it on (see `seed`).
+    pub demo_seed: bool,
 }
 
 impl Default for ProductSettings {
     fn default() -> Self {
         Self {
-            listen_addr: ([0, 0, 0, 0], 8081).into(),
-            admin_addr: ([0, 0, 0, 0], 9081).into(),
-            database_url: SecretUrl::new("sqlite:.shopeasy/product.db"),
-            redis_url: SecretUrl::default(),
+            process: ProcessSettings::new(&topology::PRODUCT),
+            storage: DatabaseSettings::sqlite("product"),
+            redis: RedisSettings::default(),
             admin_token: Secret::default(),
-            otel_exporter_otlp_endpoint: String::new(),
-            log: LogSettings::default(),
-            database: PoolSettings::default(),
             cache: CacheSettings::default(),
+            demo_seed: false,
         }
     }
 }
@@ -60,13 +57,12 @@ pub struct CacheSettings {
     /// long another replica's write can go unseen when Redis missed the
     /// invalidation.
     pub ttl_seconds: Seconds,
-    /// The bound of each single Redis call; past it the call counts as an
-    /// error and the request reads the database.
-    pub redis_timeout_seconds: Seconds,
-    /// After a Redis error, Redis is skipped for this long (then one call
-    /// probes it again), so a dead or hung Redis costs one timeout, not one
-    /// per request.
-    pub redis_retry_seconds: Seconds,
+    /// `redis_timeout_seconds` (the bound of each Redis call; past it the
+    /// request reads the database) and `redis_retry_seconds` (how long Redis
+    /// is skipped after an error): the runtime's Redis guard, as in order's
+    /// stock cache.
+    #[serde(flatten)]
+    pub redis: RedisGuardSettings,
     /// Prefix of every Redis key (several deployments can share a Redis).
     pub key_prefix: String,
     /// Most entries of the in-process cache.
@@ -78,43 +74,27 @@ impl Default for CacheSettings {
         Self {
             enabled: true,
             ttl_seconds: Seconds::new(60.0),
-            redis_timeout_seconds: Seconds::new(0.05),
-            redis_retry_seconds: Seconds::new(1.0),
+            redis: RedisGuardSettings::default(),
             key_prefix: "shopeasy:product:".into(),
             local_capacity: 10_000,
         }
     }
 }
 
+/// Where the lifecycle finds the listeners, log and telemetry settings.
+impl AsRef<ProcessSettings> for ProductSettings {
+    fn as_ref(&self) -> &ProcessSettings {
+        &self.process
+    }
+}
+
 impl Settings for ProductSettings {
     fn validate(&self, v: &mut Validator) {
-        v.url(
-            "database_url",
-            &self.database_url.masked(),
-            self.database_url.expose(),
-            &["postgres", "postgresql", "sqlite"],
-            false,
-        );
-        v.url(
-            "redis_url",
-            &self.redis_url.masked(),
-            self.redis_url.expose(),
-            &["redis", "rediss"],
-            true,
-        );
-        self.log.validate("log", v);
-        self.database.validate("database", v);
+        self.process.validate(v);
+        self.storage.validate(v);
+        self.redis.validate(v);
         v.seconds("cache.ttl_seconds", self.cache.ttl_seconds, 0.1..=86_400.0);
-        v.seconds(
-            "cache.redis_timeout_seconds",
-            self.cache.redis_timeout_seconds,
-            0.001..=5.0,
-        );
-        v.seconds(
-            "cache.redis_retry_seconds",
-            self.cache.redis_retry_seconds,
-            0.01..=300.0,
-        );
+        self.cache.redis.validate("cache", v);
         v.number(
             "cache.local_capacity",
             self.cache.local_capacity,
@@ -140,8 +120,8 @@ mod tests {
     fn defaults_are_valid() {
         let s: ProductSettings = Loader::new().load().unwrap();
         assert_eq!(s, ProductSettings::default());
-        assert_eq!(s.listen_addr.port(), 8081);
-        assert_eq!(s.admin_addr.port(), 9081);
+        assert_eq!(s.process.listen_addr.port(), 8081);
+        assert_eq!(s.process.admin_addr.port(), 9081);
     }
 
     #[test]

@@ -3,7 +3,11 @@
 
 use shopeasy_product_api::{Product, ProductPage};
 use shopeasy_runtime::db::Database;
-use sqlx::{Row, any::AnyRow};
+use sqlx::{
+    Row,
+    any::{Any, AnyArguments, AnyRow},
+    query::Query,
+};
 use uuid::Uuid;
 
 use crate::{Error, cursor::Cursor, domain::ProductDraft};
@@ -31,18 +35,12 @@ impl ProductStore {
     /// [`Error::DuplicateSku`], [`Error::Unavailable`], [`Error::Internal`].
     pub async fn create(&self, draft: &ProductDraft) -> Result<Product, Error> {
         let id = Uuid::now_v7();
-        let now = now_ms();
-        sqlx::query(
+        with_fields(
             "INSERT INTO products (id, sku, name, description, price_cents, currency, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $7)",
+            id,
+            draft,
         )
-        .bind(id.to_string())
-        .bind(draft.sku.as_str())
-        .bind(draft.name.as_str())
-        .bind(draft.description.as_str())
-        .bind(draft.price.cents())
-        .bind(draft.currency.as_str())
-        .bind(now)
         .execute(self.db.pool())
         .await?;
         Ok(product(id, draft))
@@ -68,17 +66,12 @@ impl ProductStore {
     /// [`Error::NotFound`], [`Error::DuplicateSku`], [`Error::Unavailable`],
     /// [`Error::Internal`].
     pub async fn update(&self, id: Uuid, draft: &ProductDraft) -> Result<Product, Error> {
-        let done = sqlx::query(
+        let done = with_fields(
             "UPDATE products SET sku = $2, name = $3, description = $4, price_cents = $5, \
              currency = $6, updated_at = $7 WHERE id = $1",
+            id,
+            draft,
         )
-        .bind(id.to_string())
-        .bind(draft.sku.as_str())
-        .bind(draft.name.as_str())
-        .bind(draft.description.as_str())
-        .bind(draft.price.cents())
-        .bind(draft.currency.as_str())
-        .bind(now_ms())
         .execute(self.db.pool())
         .await?;
         if done.rows_affected() == 0 {
@@ -139,6 +132,23 @@ impl ProductStore {
         };
         Ok(ProductPage { items, next_cursor })
     }
+}
+
+/// `sql` with the parameters a create and a replace share: `$1` the id,
+/// `$2`…`$6` the draft's fields in column order, `$7` now (ms).
+fn with_fields(
+    sql: &'static str,
+    id: Uuid,
+    draft: &ProductDraft,
+) -> Query<'static, Any, AnyArguments> {
+    sqlx::query(sql)
+        .bind(id.to_string())
+        .bind(draft.sku.as_str())
+        .bind(draft.name.as_str())
+        .bind(draft.description.as_str())
+        .bind(draft.price.cents())
+        .bind(draft.currency.as_str())
+        .bind(now_ms())
 }
 
 fn product(id: Uuid, draft: &ProductDraft) -> Product {

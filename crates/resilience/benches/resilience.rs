@@ -122,16 +122,31 @@ fn shared() -> (BreakerHandle, RetryBudget, BulkheadLayer) {
     )
 }
 
-fn bench_stack(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread()
+/// A current-thread runtime with timers: the services are polled by hand
+/// on it, so that a sample measures the stack, not a scheduler.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
-        .expect("runtime");
+        .expect("runtime")
+}
+
+/// A benchmark group of equal samples, each long enough for the on-CPU
+/// clock (updated per tick).
+fn flat_group<'a>(
+    c: &'a mut Criterion,
+    name: &str,
+) -> criterion::BenchmarkGroup<'a, criterion::measurement::WallTime> {
+    let mut g = c.benchmark_group(name);
+    g.sampling_mode(SamplingMode::Flat);
+    g
+}
+
+fn bench_stack(c: &mut Criterion) {
+    let rt = runtime();
     let _rt = rt.enter();
     let mut cx = Context::from_waker(Waker::noop());
-    let mut g = c.benchmark_group("stack");
-    // Equal samples, each long enough for the on-CPU clock (updated per tick).
-    g.sampling_mode(SamplingMode::Flat);
+    let mut g = flat_group(c, "stack");
 
     let (breaker, budget, bulkhead) = shared();
     let mut svc = full_stack(breaker, budget, bulkhead);
@@ -198,9 +213,7 @@ fn run_threads(threads: usize, iters: u64) -> Duration {
 }
 
 fn bench_threads(c: &mut Criterion) {
-    let mut g = c.benchmark_group("threads");
-    // Equal samples, each long enough for the on-CPU clock (updated per tick).
-    g.sampling_mode(SamplingMode::Flat);
+    let mut g = flat_group(c, "threads");
     for threads in [1, 2] {
         g.bench_function(threads.to_string(), |b| {
             b.iter_custom(|iters| run_threads(threads, iters.max(threads as u64)))
@@ -236,15 +249,10 @@ impl tower::retry::Policy<Req, u32, BoxError> for TowerPolicy {
 }
 
 fn bench_compare(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("runtime");
+    let rt = runtime();
     let _rt = rt.enter();
     let mut cx = Context::from_waker(Waker::noop());
-    let mut g = c.benchmark_group("compare");
-    // Equal samples, each long enough for the on-CPU clock (updated per tick).
-    g.sampling_mode(SamplingMode::Flat);
+    let mut g = flat_group(c, "compare");
 
     let mut ours = ServiceBuilder::new()
         .layer(RetryLayer::new(

@@ -27,7 +27,7 @@ use crossbeam_utils::CachePadded;
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
-use crate::error::{BoxError, Overloaded};
+use crate::error::{BoxError, Overloaded, poll_sent};
 use crate::window::{SHARDS, thread_shard};
 
 /// Limits calls in flight through every service made from it (they share
@@ -205,15 +205,12 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let Some(inner) = this.inner.as_pin_mut() else {
-            return Poll::Ready(Err(Overloaded {
-                max_in_flight: *this.max,
-            }
-            .into()));
-        };
-        let out = std::task::ready!(inner.poll(cx));
+        let max_in_flight = *this.max;
+        let out = std::task::ready!(poll_sent(this.inner.as_pin_mut(), cx, || {
+            Overloaded { max_in_flight }.into()
+        }));
         this.slot.take();
-        Poll::Ready(out.map_err(Into::into))
+        Poll::Ready(out)
     }
 }
 

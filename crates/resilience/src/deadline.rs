@@ -343,7 +343,10 @@ impl<S> Layer<S> for DeadlineLayer {
     type Service = WithDeadline<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        WithDeadline::new(inner, self.cap)
+        WithDeadline {
+            inner,
+            cap: self.cap,
+        }
     }
 }
 
@@ -358,13 +361,6 @@ impl<S> Layer<S> for DeadlineLayer {
 pub struct WithDeadline<S> {
     inner: S,
     cap: Duration,
-}
-
-impl<S> WithDeadline<S> {
-    /// Wraps `inner`, capping deadlines at `cap`.
-    pub fn new(inner: S, cap: Duration) -> Self {
-        Self { inner, cap }
-    }
 }
 
 impl<S, Req> Service<Req> for WithDeadline<S>
@@ -415,10 +411,9 @@ where
     type Output = Result<T, BoxError>;
 
     fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().inner.as_pin_mut() {
-            Some(inner) => inner.poll(cx).map_err(Into::into),
-            None => Poll::Ready(Err(DeadlineExceeded.into())),
-        }
+        crate::error::poll_sent(self.project().inner.as_pin_mut(), cx, || {
+            DeadlineExceeded.into()
+        })
     }
 }
 

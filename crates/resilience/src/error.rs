@@ -106,6 +106,25 @@ pub fn is_grpc_timeout(status: &tonic::Status) -> bool {
     }
 }
 
+/// Polls a layer's inner future — `None` when the layer refused to send
+/// the call (deadline passed, bulkhead full) — failing with `refused` in
+/// that case and boxing the inner error otherwise: the one shape of every
+/// layer future that may not have sent its call.
+pub(crate) fn poll_sent<F, T, E>(
+    inner: Option<std::pin::Pin<&mut F>>,
+    cx: &mut std::task::Context<'_>,
+    refused: impl FnOnce() -> BoxError,
+) -> std::task::Poll<Result<T, BoxError>>
+where
+    F: std::future::Future<Output = Result<T, E>>,
+    E: Into<BoxError>,
+{
+    match inner {
+        Some(inner) => inner.poll(cx).map_err(Into::into),
+        None => std::task::Poll::Ready(Err(refused())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,11 +19,17 @@
 //! - [`retry`]: the [`RetryLayer`](retry::RetryLayer) and its policies —
 //!   which failures are transient is a policy object, never a loop at a call
 //!   site.
+//! - [`decide`]: the one retry decision (attempts, backoff, deadline,
+//!   budget, in that order) for a call site whose loop cannot be a layer.
 //! - [`breaker`]: a circuit breaker with a pure state machine and exactly one
 //!   trial call in half-open.
 //! - [`bulkhead`]: a per-dependency concurrency limit that sheds instead of
 //!   queueing.
 //! - [`timeout`]: the per-attempt timeout, `min(attempt timeout, time left)`.
+//! - [`edge`]: the whole stack for one downstream edge, built from one
+//!   [`EdgeConfig`](edge::EdgeConfig) — what a service's clients use.
+//! - [`outcome`]: the one vocabulary of the `outcome` label on every
+//!   `shopeasy_downstream_*` metric.
 //! - [`single_flight`]: one fetch per key however many callers ask.
 //! - [`stale_cache`]: a cache that answers stale while its source is down.
 //! - [`plan`]: cross-policy rules checked at start-up, and the worst-case
@@ -101,7 +107,10 @@ pub mod budget;
 pub mod bulkhead;
 mod clock;
 pub mod deadline;
+pub mod decide;
+pub mod edge;
 pub mod error;
+pub mod outcome;
 pub mod plan;
 pub mod registry;
 pub mod retry;

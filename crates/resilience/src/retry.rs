@@ -14,7 +14,8 @@
 //!
 //! Giving up returns the last attempt's result. Each decision is counted in
 //! `shopeasy_downstream_retries_total{target,outcome}` (`retried`,
-//! `budget_exhausted`, `deadline_exhausted`, `attempts_exhausted`), and each
+//! `budget_exhausted`, `deadline_exhausted`, `attempts_exhausted`: the
+//! retry half of [`Outcome`]), and each
 //! attempt runs in a tracing span `attempt` with fields `target`, `attempt`
 //! (1-based) and `outcome` (`ok`, `retryable` or `failed`).
 //!
@@ -41,6 +42,7 @@ use crate::backoff::Backoff;
 use crate::budget::RetryBudget;
 use crate::deadline::{Deadline, HasDeadline};
 use crate::error::{BoxError, is_rejected, is_timeout};
+use crate::outcome::Outcome;
 
 /// What a policy says about one attempt's result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,11 +285,11 @@ impl<P> Config<P> {
         }
     }
 
-    fn count(&self, outcome: &'static str) {
+    fn count(&self, outcome: Outcome) {
         metrics::counter!(
             "shopeasy_downstream_retries_total",
             "target" => self.target,
-            "outcome" => outcome
+            "outcome" => outcome.as_str()
         )
         .increment(1);
     }
@@ -426,12 +428,26 @@ impl<S: Clone, P> Layer<S> for RetryLayer<P> {
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
 
+/// What a [`Retry`] needs of the service it wraps, named once for the
+/// service and its future: cloneable (a retry runs on a copy) and `Send`
+/// with everything it returns (a retrying call moves into a boxed loop).
+/// Every such service is one; there is nothing to implement.
+pub trait RetryService<Req>:
+    Service<Req, Future: Send, Response: Send, Error: Into<BoxError> + Send> + Clone + Send + 'static
+{
+}
+
+impl<S, Req> RetryService<Req> for S where
+    S: Service<Req, Future: Send, Response: Send, Error: Into<BoxError> + Send>
+        + Clone
+        + Send
+        + 'static
+{
+}
+
 impl<S, P, Req> Service<Req> for Retry<S, P>
 where
-    S: Service<Req> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Response: Send,
-    S::Error: Into<BoxError> + Send,
+    S: RetryService<Req>,
     P: RetryPolicy<Req, S::Response, S::Error> + Send + Sync + 'static,
     Req: HasDeadline + Send + 'static,
 {
@@ -483,10 +499,7 @@ where
 
 impl<S, P, Req> Future for ResponseFuture<S, P, Req>
 where
-    S: Service<Req> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Response: Send,
-    S::Error: Into<BoxError> + Send,
+    S: RetryService<Req>,
     P: RetryPolicy<Req, S::Response, S::Error> + Send + Sync + 'static,
     Req: HasDeadline + Send + 'static,
 {
@@ -551,19 +564,19 @@ where
             return result.map_err(Into::into);
         };
         if retries >= config.max_retries {
-            config.count("attempts_exhausted");
+            config.count(Outcome::AttemptsExhausted);
             return result.map_err(Into::into);
         }
         let delay = config.delay(retries, prev).max(hint);
         if deadline.is_some_and(|d| delay >= d.remaining()) {
-            config.count("deadline_exhausted");
+            config.count(Outcome::DeadlineExhausted);
             return result.map_err(Into::into);
         }
         if !config.budget.try_withdraw() {
-            config.count("budget_exhausted");
+            config.count(Outcome::BudgetExhausted);
             return result.map_err(Into::into);
         }
-        config.count("retried");
+        config.count(Outcome::Retried);
         drop(result);
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;

@@ -19,7 +19,7 @@ use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
 
 use crate::deadline::{HasDeadline, attempt_timeout};
-use crate::error::{AttemptTimedOut, BoxError, DeadlineExceeded};
+use crate::error::{AttemptTimedOut, BoxError, DeadlineExceeded, poll_sent};
 
 /// Bounds each attempt by `min(per_attempt, time left)` (see
 /// [`AttemptTimeout`]).
@@ -39,7 +39,10 @@ impl<S> Layer<S> for AttemptTimeoutLayer {
     type Service = AttemptTimeout<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        AttemptTimeout::new(inner, self.per_attempt)
+        AttemptTimeout {
+            inner,
+            per_attempt: self.per_attempt,
+        }
     }
 }
 
@@ -52,13 +55,6 @@ impl<S> Layer<S> for AttemptTimeoutLayer {
 pub struct AttemptTimeout<S> {
     inner: S,
     per_attempt: Duration,
-}
-
-impl<S> AttemptTimeout<S> {
-    /// Wraps `inner`, giving each attempt at most `per_attempt`.
-    pub fn new(inner: S, per_attempt: Duration) -> Self {
-        Self { inner, per_attempt }
-    }
 }
 
 impl<S, Req> Service<Req> for AttemptTimeout<S>
@@ -120,11 +116,9 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let Some(inner) = this.inner.as_pin_mut() else {
-            return Poll::Ready(Err(DeadlineExceeded.into()));
-        };
-        if let Poll::Ready(out) = inner.poll(cx) {
-            return Poll::Ready(out.map_err(Into::into));
+        if let Poll::Ready(out) = poll_sent(this.inner.as_pin_mut(), cx, || DeadlineExceeded.into())
+        {
+            return Poll::Ready(out);
         }
         // Armed on the first `Pending` only (boxed: keeps the future small).
         let at = *this.start + *this.timeout;

@@ -117,14 +117,24 @@ async fn answers_stale_when_unavailable_and_rejects_only_unknown_keys() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_expired_entry_triggers_one_shared_refresh() {
+/// A cache whose entry `a` (1) has expired while its source moved on to
+/// 2: the next read must refresh.
+async fn expired_entry() -> (Source, StaleCache<&'static str, u32>) {
     let src = Source::default();
     src.set("a", 1);
     let cache = src.cache();
-    cache.get("a", None).await.unwrap();
+    cache
+        .get("a", None)
+        .await
+        .expect("the first read fills the entry");
     tokio::time::advance(Duration::from_secs(6)).await;
     src.set("a", 2);
+    (src, cache)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_entry_triggers_one_shared_refresh() {
+    let (src, cache) = expired_entry().await;
     let calls: Vec<_> = (0..50)
         .map(|_| {
             let cache = cache.clone();
@@ -146,12 +156,7 @@ async fn an_expired_entry_triggers_one_shared_refresh() {
 
 #[tokio::test(start_paused = true)]
 async fn a_caller_out_of_time_gets_stale_and_the_refresh_still_lands() {
-    let src = Source::default();
-    src.set("a", 1);
-    let cache = src.cache();
-    cache.get("a", None).await.unwrap();
-    tokio::time::advance(Duration::from_secs(6)).await;
-    src.set("a", 2);
+    let (_src, cache) = expired_entry().await;
     // The refresh takes 10 ms; this caller only has 1 ms.
     let got = cache
         .get("a", Some(Deadline::after(Duration::from_millis(1))))

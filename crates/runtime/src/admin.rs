@@ -105,7 +105,7 @@ impl Admin {
             .route("/health/live", get(live))
             .route("/health/ready", get(ready))
             .route("/admin/resilience", get(resilience))
-            .fallback(|| async { crate::problem::Problem::not_found() })
+            .fallback(|| async { crate::problem::Problem::no_route() })
             .with_state(self.clone())
     }
 }

@@ -158,6 +158,16 @@ impl Database {
         self.backend
     }
 
+    /// `postgres` on Postgres, `sqlite` on SQLite: the one place a store
+    /// chooses between the two (a query using `FOR UPDATE`, a timer's grace
+    /// period), so no store matches on [`Backend`] itself.
+    pub fn pick<T>(&self, postgres: T, sqlite: T) -> T {
+        match self.backend {
+            Backend::Postgres => postgres,
+            Backend::Sqlite => sqlite,
+        }
+    }
+
     /// Begins a transaction that will write: `BEGIN IMMEDIATE` on SQLite (so
     /// the write lock is taken up front), a plain `BEGIN` on Postgres.
     ///

@@ -1,11 +1,31 @@
-//! Starting and stopping: shutdown signals, and serving HTTP with a bounded
-//! graceful drain.
+//! What a service is, and starting and stopping one: the [`Service`]
+//! description every service crate implements once, [`spawn`] that starts
+//! any of them, the [`Running`] handle the launcher, the end-to-end cluster
+//! and every test harness hold, shutdown signals and the bounded graceful
+//! drain.
+//!
+//! Starting a service has the same steps for all four, written here once:
+//!
+//! 1. [`Service::build`] connects what the service needs (its database with
+//!    [`connect_database`], its upstream clients) and registers its
+//!    readiness checks and reports on the [`Admin`] it is given;
+//! 2. both listeners are bound ([`Bound`]), naming the setting in the error;
+//! 3. [`Bound::start`] serves the admin listener and [`Service::serve`] on
+//!    the public one, until the handle stops them; in-flight work then gets
+//!    at most [`Service::DRAIN`] before it is dropped.
 
-use std::{future::Future, io, time::Duration};
+use std::{future::Future, io, net::SocketAddr, time::Duration};
 
+use anyhow::Context as _;
 use axum::Router;
-use tokio::net::TcpListener;
+use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
+
+use crate::{
+    admin::Admin,
+    db::Database,
+    settings::{DatabaseSettings, ProcessSettings},
+};
 
 /// The default bound on draining in-flight requests at shutdown.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
@@ -44,6 +64,27 @@ pub fn shutdown_token() -> io::Result<CancellationToken> {
     Ok(token)
 }
 
+/// Runs `work` (a server that stops accepting when `shutdown` is cancelled
+/// and then finishes what is in flight) until it ends, or until `drain` has
+/// passed since `shutdown`: a stuck client cannot hold a stop forever.
+///
+/// # Errors
+/// `work`'s own error.
+pub async fn drain_within<T: Default, E>(
+    work: impl Future<Output = Result<T, E>>,
+    shutdown: &CancellationToken,
+    drain: Duration,
+    what: &str,
+) -> Result<T, E> {
+    tokio::select! {
+        r = work => r,
+        () = async { shutdown.cancelled().await; tokio::time::sleep(drain).await } => {
+            tracing::warn!(?drain, "{what}: drain timeout passed; dropping remaining work");
+            Ok(T::default())
+        }
+    }
+}
+
 /// Serves `router` on `listener` until `shutdown` is cancelled, then stops
 /// accepting, lets in-flight requests finish for at most `drain`, and
 /// returns.
@@ -59,52 +100,275 @@ pub async fn serve(
     let stop = shutdown.clone();
     let server = axum::serve(
         listener,
-        router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        router.into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(async move { stop.cancelled().await });
-    tokio::select! {
-        r = server => r,
-        () = async { shutdown.cancelled().await; tokio::time::sleep(drain).await } => {
-            tracing::warn!(?drain, "drain timeout passed; dropping remaining connections");
-            Ok(())
-        }
-    }
+    drain_within(server.into_future(), &shutdown, drain, "HTTP").await
 }
 
-/// Binds a TCP listener, naming the address in the error (a port in use is
-/// the commonest start-up failure).
+/// Binds a TCP listener, naming the address and the setting in the error (a
+/// port in use is the commonest start-up failure).
 ///
 /// # Errors
 /// When the address cannot be bound.
-pub async fn bind(addr: std::net::SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
+pub async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr} ({what}): {e}"))
 }
 
-/// What a service binary is, to [`run`]: its settings, how it is built, how
-/// it runs. Each service crate implements this for its `App`.
-pub trait Service: Sized {
-    /// The service's settings type.
-    type Settings: crate::settings::Settings;
+/// Connects a service's database, runs its migrations (retrying for
+/// `database.startup_timeout_seconds`) and makes the admin listener's
+/// readiness follow it: the one way a service gets its storage.
+///
+/// # Errors
+/// When the URL is unusable, the database does not answer in time or a
+/// migration fails; the error names the service and the (masked) URL.
+pub async fn connect_database(
+    service: &str,
+    settings: &DatabaseSettings,
+    migrator: &sqlx::migrate::Migrator,
+    admin: &Admin,
+) -> anyhow::Result<Database> {
+    let db =
+        Database::connect_and_migrate(settings.database_url.expose(), &settings.database, migrator)
+            .await
+            .with_context(|| format!("{service} database {}", settings.database_url))?;
+    let ping = db.clone();
+    admin.readiness("database", move || {
+        let db = ping.clone();
+        async move { db.ping().await.map_err(|e| e.to_string()) }
+    });
+    Ok(db)
+}
+
+/// The whole description of a service: its name, its settings, how it is
+/// built, how it serves and how long it may drain. Each service crate
+/// implements this once for its `App`; [`run`] (a binary's `main`) and
+/// [`spawn`] (the launcher, the end-to-end cluster, tests) do the rest.
+pub trait Service: Sized + Send + 'static {
+    /// The service's settings type. It embeds the [`ProcessSettings`] (its
+    /// listeners, logging and trace export) that the lifecycle reads before
+    /// building the service; `AsRef` is how the lifecycle finds them.
+    type Settings: crate::settings::Settings + AsRef<ProcessSettings> + Send + 'static;
 
     /// The binary's name (`shopeasy-inventory`), used in logs and traces.
     const NAME: &'static str;
 
-    /// Its log settings.
-    fn log(settings: &Self::Settings) -> &crate::settings::common::LogSettings;
+    /// How long in-flight work may finish after a stop before it is dropped.
+    const DRAIN: Duration = DEFAULT_DRAIN;
 
-    /// Its OTLP endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`); empty for none.
-    fn otlp_endpoint(settings: &Self::Settings) -> &str;
+    /// Connects what must be connected and builds the service, registering
+    /// its readiness checks and its `/admin/resilience` reports on `admin`.
+    /// The listeners are not bound yet.
+    fn build(
+        settings: Self::Settings,
+        admin: &Admin,
+    ) -> impl Future<Output = anyhow::Result<Self>> + Send;
 
-    /// Binds the listeners and connects what must be connected.
-    fn build(settings: Self::Settings) -> impl Future<Output = anyhow::Result<Self>>;
-
-    /// Serves until `shutdown` is cancelled, then drains.
-    fn run_until_stopped(
+    /// Serves the public listener (and runs the service's own workers) until
+    /// `shutdown` is cancelled, then finishes in-flight work and returns.
+    fn serve(
         self,
+        public: TcpListener,
         shutdown: CancellationToken,
-    ) -> impl Future<Output = anyhow::Result<()>>;
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+}
+
+/// A service built and its listeners bound, not serving yet: tests take
+/// what they need from [`Bound::service`] before [`Bound::start`].
+#[derive(Debug)]
+pub struct Bound<S> {
+    service: S,
+    admin: Admin,
+    public: TcpListener,
+    admin_listener: TcpListener,
+    local_addr: SocketAddr,
+    admin_addr: SocketAddr,
+}
+
+impl<S: Service> Bound<S> {
+    /// Builds the service ([`Service::build`]) and binds both listeners.
+    ///
+    /// # Errors
+    /// When the service cannot be built or a listener cannot be bound.
+    pub async fn build(settings: S::Settings) -> anyhow::Result<Self> {
+        let process = settings.as_ref().clone();
+        let admin = Admin::default();
+        let service = S::build(settings, &admin).await?;
+        Self::bind(&process, admin, service).await
+    }
+
+    /// Loads the settings from `env` alone (defaults, then these variables,
+    /// as a binary started with exactly this environment would), with both
+    /// listeners on ephemeral loopback ports unless `env` names them, and
+    /// builds the service: how a test starts a service "as full mode starts
+    /// it".
+    ///
+    /// # Errors
+    /// Invalid settings (every reason), or as [`Bound::build`].
+    pub async fn from_env(env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let ephemeral = [
+            ("LISTEN_ADDR", "127.0.0.1:0"),
+            ("ADMIN_ADDR", "127.0.0.1:0"),
+        ];
+        let settings = crate::settings::Loader::new()
+            .env(ephemeral.iter().chain(env).copied())
+            .load::<S::Settings>()?;
+        Self::build(settings).await
+    }
+
+    /// Binds both listeners for a service built another way (with test
+    /// failpoints, say) on `admin`.
+    ///
+    /// # Errors
+    /// When a listener cannot be bound.
+    pub async fn bind(process: &ProcessSettings, admin: Admin, service: S) -> anyhow::Result<Self> {
+        let public = bind(process.listen_addr, "listen_addr").await?;
+        let admin_listener = bind(process.admin_addr, "admin_addr").await?;
+        Ok(Self {
+            local_addr: public.local_addr()?,
+            admin_addr: admin_listener.local_addr()?,
+            service,
+            admin,
+            public,
+            admin_listener,
+        })
+    }
+
+    /// The service, before it serves.
+    pub fn service(&self) -> &S {
+        &self.service
+    }
+
+    /// The public listener's address (the port chosen when 0 was asked).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The admin listener's address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// Starts serving both listeners on a task of their own.
+    pub fn start(self) -> Running {
+        self.start_until(CancellationToken::new())
+    }
+
+    /// [`Bound::start`], stopping as well when `shutdown` is cancelled (a
+    /// signal, or a launcher stopping everything at once).
+    pub fn start_until(self, shutdown: CancellationToken) -> Running {
+        let (local_addr, admin_addr) = (self.local_addr, self.admin_addr);
+        tracing::info!(service = S::NAME, listen = %local_addr, admin = %admin_addr, "serving");
+        let stop = shutdown.clone();
+        let task = tokio::spawn(async move {
+            let public = drain_within(
+                self.service.serve(self.public, stop.clone()),
+                &stop,
+                S::DRAIN,
+                S::NAME,
+            );
+            let admin = serve(
+                self.admin_listener,
+                self.admin.router(),
+                stop.clone(),
+                S::DRAIN,
+            );
+            let (public, admin) = tokio::join!(public, admin);
+            public?;
+            admin.context("admin listener")
+        });
+        Running {
+            name: S::NAME,
+            local_addr,
+            admin_addr,
+            shutdown,
+            task: Some(task),
+        }
+    }
+}
+
+/// Builds, binds and starts any service: the one way a launcher, a cluster
+/// or a test starts one.
+///
+/// # Errors
+/// When the service cannot be built or a listener cannot be bound.
+pub async fn spawn<S: Service>(settings: S::Settings) -> anyhow::Result<Running> {
+    Ok(Bound::<S>::build(settings).await?.start())
+}
+
+/// A serving service: both addresses, a graceful [`Running::stop`] and an
+/// [`Running::abort`] that stands in for SIGKILL. Dropping it stops the
+/// service without waiting.
+#[derive(Debug)]
+pub struct Running {
+    name: &'static str,
+    local_addr: SocketAddr,
+    admin_addr: SocketAddr,
+    shutdown: CancellationToken,
+    task: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Running {
+    /// The service's binary name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The public listener's address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The admin listener's address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// Stops accepting, lets in-flight work drain (bounded by the service's
+    /// [`Service::DRAIN`]) and waits for it.
+    ///
+    /// # Errors
+    /// The service's own error, or its task's panic.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.finished().await
+    }
+
+    /// Kills the service as SIGKILL would: its task is aborted, in-flight
+    /// requests get no answer, nothing drains. Returns once it is gone and
+    /// its ports are free.
+    pub async fn abort(mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// Resolves when the service has ended, on its own or after a stop.
+    ///
+    /// # Errors
+    /// The service's own error, or its task's panic.
+    pub async fn finished(&mut self) -> anyhow::Result<()> {
+        match self.task.as_mut() {
+            Some(task) => {
+                let result = task.await;
+                self.task = None;
+                result
+                    .with_context(|| format!("{} task", self.name))
+                    .and_then(|r| r)
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
 }
 
 /// The whole `main` of a service binary: loads settings (handling
@@ -130,18 +394,22 @@ pub fn run<S: Service>(args: &crate::settings::ConfigArgs) -> std::process::Exit
         }
     };
     runtime.block_on(async {
-        let _telemetry =
-            match crate::telemetry::init(S::NAME, S::log(&settings), S::otlp_endpoint(&settings)) {
-                Ok(guard) => guard,
-                Err(e) => {
-                    eprintln!("{}: telemetry: {e:#}", S::NAME);
-                    return ExitCode::FAILURE;
-                }
-            };
+        let process = settings.as_ref();
+        let _telemetry = match crate::telemetry::init(
+            S::NAME,
+            &process.log,
+            &process.otel_exporter_otlp_endpoint,
+        ) {
+            Ok(guard) => guard,
+            Err(e) => {
+                eprintln!("{}: telemetry: {e:#}", S::NAME);
+                return ExitCode::FAILURE;
+            }
+        };
         let result = async {
             let shutdown = shutdown_token()?;
-            let service = S::build(settings).await?;
-            service.run_until_stopped(shutdown).await
+            let mut running = Bound::<S>::build(settings).await?.start_until(shutdown);
+            running.finished().await
         }
         .await;
         match result {

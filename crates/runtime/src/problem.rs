@@ -8,7 +8,10 @@
 //! axum's plain-text body.
 
 use axum::{
-    extract::{FromRequest, FromRequestParts, Request, rejection::JsonRejection},
+    extract::{
+        FromRequest, FromRequestParts, Request,
+        rejection::{JsonRejection, QueryRejection},
+    },
     http::{HeaderValue, StatusCode, header, request::Parts},
     response::{IntoResponse, Response},
 };
@@ -41,6 +44,10 @@ impl FieldError {
 }
 
 /// An RFC 9457 problem.
+///
+/// Every problem is complete (SPEC §3): `type`, `title`, `status` and
+/// `detail`. [`Problem::new`] takes the detail as an argument and every
+/// shorthand supplies one, so a problem without a detail cannot be built.
 #[derive(Debug, Clone, Serialize)]
 pub struct Problem {
     /// `urn:shopeasy:problem:<slug>`.
@@ -50,9 +57,8 @@ pub struct Problem {
     pub title: String,
     /// The HTTP status.
     pub status: u16,
-    /// What happened this time (never internal details).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
+    /// What happened this time (never internal details, never empty).
+    pub detail: String,
     /// Each invalid field, for validation problems.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<FieldError>,
@@ -65,32 +71,40 @@ pub struct Problem {
 }
 
 impl Problem {
-    /// A problem of type `slug` with `status` and `title`.
-    pub fn new(status: StatusCode, slug: &str, title: impl Into<String>) -> Self {
+    /// A problem of type `slug` with `status`, `title` and what happened
+    /// this time (`detail`; an empty one is replaced by the title, so the
+    /// member is never blank).
+    pub fn new(
+        status: StatusCode,
+        slug: &str,
+        title: impl Into<String>,
+        detail: impl Into<String>,
+    ) -> Self {
+        let title = title.into();
+        let mut detail = detail.into();
+        if detail.trim().is_empty() {
+            detail.clone_from(&title);
+        }
         Self {
             kind: format!("{TYPE_PREFIX}{slug}"),
-            title: title.into(),
+            title,
             status: status.as_u16(),
-            detail: None,
+            detail,
             errors: Vec::new(),
             extensions: serde_json::Map::new(),
             retry_after: None,
         }
     }
 
-    /// Sets the detail.
-    pub fn detail(mut self, detail: impl Into<String>) -> Self {
-        self.detail = Some(detail.into());
-        self
-    }
-
     /// Adds field errors.
+    #[must_use]
     pub fn errors(mut self, errors: impl IntoIterator<Item = FieldError>) -> Self {
         self.errors.extend(errors);
         self
     }
 
     /// Adds an extension member.
+    #[must_use]
     pub fn extension(mut self, name: &str, value: impl Serialize) -> Self {
         if let Ok(v) = serde_json::to_value(value) {
             self.extensions.insert(name.to_owned(), v);
@@ -99,6 +113,7 @@ impl Problem {
     }
 
     /// Adds a `Retry-After` header of `seconds`.
+    #[must_use]
     pub fn retry_after(mut self, seconds: u64) -> Self {
         self.retry_after = Some(seconds);
         self
@@ -111,40 +126,59 @@ impl Problem {
 
     /// 400: the request could not be read.
     pub fn bad_request(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "bad-request", "Malformed request").detail(detail)
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "bad-request",
+            "Malformed request",
+            detail,
+        )
     }
 
-    /// 401: no or wrong credentials (never says which).
+    /// 401: no or wrong credentials. The detail is the same for every cause
+    /// (no header, another scheme, a wrong token), so it never hints which.
     pub fn unauthorized() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "Authentication required",
+            "this operation requires a valid bearer token",
         )
     }
 
-    /// 404: no such resource or route.
-    pub fn not_found() -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not-found", "Not found")
+    /// 404: no such resource (`detail` says which kind).
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not-found", "Not found", detail)
     }
 
-    /// 405.
+    /// 404 for a path no route serves (every router's fallback).
+    pub fn no_route() -> Self {
+        Self::not_found("nothing is served at this path")
+    }
+
+    /// 405: the path exists, the method does not.
     pub fn method_not_allowed() -> Self {
         Self::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "method-not-allowed",
             "Method not allowed",
+            "this path does not accept this method",
         )
     }
 
-    /// 413: the body is over the limit.
+    /// 413: the body is over `limit` bytes.
     pub fn payload_too_large(limit: usize) -> Self {
+        Self::too_large(format!("the body must be at most {limit} bytes"))
+    }
+
+    /// 413 when the limit is not known here (axum's body-limit rejection
+    /// does not carry it).
+    fn too_large(detail: String) -> Self {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload-too-large",
             "Request body too large",
+            detail,
         )
-        .detail(format!("the body must be at most {limit} bytes"))
     }
 
     /// 415: not `application/json`.
@@ -153,16 +187,31 @@ impl Problem {
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported-media-type",
             "Unsupported media type",
+            "expected Content-Type: application/json",
         )
-        .detail("expected Content-Type: application/json")
     }
 
-    /// 422: the request is well-formed but some fields are invalid.
+    /// 422: the request is well-formed but some fields are invalid. The
+    /// detail names the first field (and how many more there are); `errors`
+    /// names each.
     pub fn validation(errors: impl IntoIterator<Item = FieldError>) -> Self {
+        let errors: Vec<FieldError> = errors.into_iter().collect();
+        let detail = match errors.as_slice() {
+            [] => "the request has invalid fields".to_owned(),
+            [one] => format!("invalid field: {}", one.field),
+            many => format!(
+                "invalid fields: {}",
+                many.iter()
+                    .map(|e| e.field.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
         Self::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "validation",
             "The request has invalid fields",
+            detail,
         )
         .errors(errors)
     }
@@ -173,8 +222,8 @@ impl Problem {
             StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",
             "Service temporarily unavailable",
+            detail,
         )
-        .detail(detail)
         .retry_after(retry_after)
     }
 
@@ -184,6 +233,7 @@ impl Problem {
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             "Internal error",
+            "the request could not be completed; the cause has been logged",
         )
     }
 }
@@ -221,13 +271,23 @@ impl From<JsonRejection> for Problem {
                     .unwrap_or_else(|| "body".to_owned());
                 Self::validation([FieldError::new(field, message)])
             }
-            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => Self::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload-too-large",
-                "Request body too large",
-            ),
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Self::too_large("the body is larger than this endpoint accepts".to_owned())
+            }
             other => Self::bad_request(other.body_text()),
         }
+    }
+}
+
+impl From<QueryRejection> for Problem {
+    /// A query that does not parse is a 422 naming the query.
+    fn from(rejection: QueryRejection) -> Self {
+        let text = rejection.body_text();
+        let message = text
+            .strip_prefix("Failed to deserialize query string: ")
+            .unwrap_or(&text)
+            .to_owned();
+        Self::validation([FieldError::new("query", message)])
     }
 }
 
@@ -235,18 +295,16 @@ impl From<JsonRejection> for Problem {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Json<T>(pub T);
 
-impl<S, T> FromRequest<S> for Json<T>
-where
-    T: DeserializeOwned,
-    S: Send + Sync,
-{
+/// `axum::extract::Query` whose rejections are 422 problems naming the query.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Query<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
     type Rejection = Problem;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        axum::Json::<T>::from_request(req, state)
-            .await
-            .map(|axum::Json(v)| Self(v))
-            .map_err(Problem::from)
+    async fn from_request(req: Request, state: &S) -> Result<Self, Problem> {
+        let axum::Json(value) = axum::Json::from_request(req, state).await?;
+        Ok(Self(value))
     }
 }
 
@@ -256,29 +314,13 @@ impl<T: Serialize> IntoResponse for Json<T> {
     }
 }
 
-/// `axum::extract::Query` whose rejections are 422 problems naming the query.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Query<T>(pub T);
-
-impl<S, T> FromRequestParts<S> for Query<T>
-where
-    T: DeserializeOwned,
-    S: Send + Sync,
-{
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
     type Rejection = Problem;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        axum::extract::Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|axum::extract::Query(v)| Self(v))
-            .map_err(|e| {
-                let text = e.body_text();
-                let message = text
-                    .strip_prefix("Failed to deserialize query string: ")
-                    .unwrap_or(&text)
-                    .to_owned();
-                Problem::validation([FieldError::new("query", message)])
-            })
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        let axum::extract::Query(value) =
+            axum::extract::Query::from_request_parts(parts, state).await?;
+        Ok(Self(value))
     }
 }
 
@@ -322,23 +364,37 @@ mod tests {
             .unwrap()
     }
 
+    fn assert_complete(b: &serde_json::Value) {
+        for member in ["type", "title", "detail"] {
+            assert!(
+                b[member].as_str().is_some_and(|v| !v.trim().is_empty()),
+                "{member} in {b}"
+            );
+        }
+        assert!(b["status"].is_u64(), "{b}");
+    }
+
     #[tokio::test]
     async fn rejections_become_problems() {
         let (s, ct, b) = call(json("{not json")).await;
         assert_eq!((s, ct.as_str()), (StatusCode::BAD_REQUEST, CONTENT_TYPE));
         assert_eq!(b["type"], "urn:shopeasy:problem:bad-request");
+        assert_complete(&b);
 
         let (s, _, b) = call(json(r#"{"quantity":"x"}"#)).await;
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
         assert_eq!(b["errors"][0]["field"], "quantity", "{b}");
+        assert_eq!(b["detail"], "invalid field: quantity", "{b}");
 
         let req = http::Request::post("/")
             .header(header::CONTENT_TYPE, "text/plain")
             .body(Body::from("{}"))
             .unwrap();
-        assert_eq!(call(req).await.0, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        let (s, _, b) = call(req).await;
+        assert_eq!(s, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        assert_complete(&b);
 
-        let (s, ct, _) = call(json(&format!(
+        let (s, ct, b) = call(json(&format!(
             r#"{{"quantity":1,"pad":"{}"}}"#,
             "x".repeat(100)
         )))
@@ -347,6 +403,70 @@ mod tests {
             (s, ct.as_str()),
             (StatusCode::PAYLOAD_TOO_LARGE, CONTENT_TYPE)
         );
+        assert_complete(&b);
+    }
+
+    #[tokio::test]
+    async fn a_bad_query_is_a_complete_422_naming_the_query() {
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Page {
+            limit: u32,
+        }
+        let app = Router::new().route(
+            "/",
+            axum::routing::get(|Query(_p): Query<Page>| async { "ok" }),
+        );
+        let req = http::Request::get("/?limit=lots")
+            .body(Body::empty())
+            .unwrap();
+        let res = app.oneshot(req).await.unwrap();
+        assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let bytes = axum::body::to_bytes(res.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let b: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(b["errors"][0]["field"], "query", "{b}");
+        assert_complete(&b);
+    }
+
+    #[test]
+    fn every_shorthand_has_type_title_status_and_detail() {
+        let problems = [
+            Problem::bad_request("unreadable"),
+            Problem::unauthorized(),
+            Problem::not_found("no such thing"),
+            Problem::no_route(),
+            Problem::method_not_allowed(),
+            Problem::payload_too_large(64),
+            Problem::unsupported_media_type(),
+            Problem::validation([]),
+            Problem::validation([FieldError::new("a", "bad"), FieldError::new("b", "bad")]),
+            Problem::unavailable("the database is unavailable", 1),
+            Problem::internal(),
+        ];
+        for p in problems {
+            assert_complete(&serde_json::to_value(&p).unwrap());
+        }
+        assert_eq!(
+            Problem::validation([FieldError::new("a", "x"), FieldError::new("b", "y")]).detail,
+            "invalid fields: a, b"
+        );
+    }
+
+    #[test]
+    fn an_empty_detail_is_replaced_by_the_title() {
+        let p = Problem::new(StatusCode::CONFLICT, "clash", "Clash", " ");
+        assert_eq!(p.detail, "Clash");
+    }
+
+    #[test]
+    fn unauthorized_never_says_why() {
+        // One constructor without arguments: a caller cannot pass the cause.
+        let body = serde_json::to_string(&Problem::unauthorized()).unwrap();
+        for hint in ["missing", "wrong", "invalid", "expired"] {
+            assert!(!body.contains(hint), "{body}");
+        }
     }
 
     #[test]

@@ -7,14 +7,31 @@
 //!   `traceparent` travels even when nothing is exported.
 //! - Metrics: one Prometheus recorder per process, rendered by the admin
 //!   listener. In the embedded launcher the four services share it.
+//! - Failing quietly: the OpenTelemetry SDK reports its own trouble (an
+//!   unreachable collector: one ERROR per batch, every few seconds) as
+//!   `tracing` events with an `opentelemetry*` target. Those are not logged
+//!   as they come; [`quiet_exporter_errors`] turns them into one WARN at
+//!   most every [`EXPORT_TROUBLE_EVERY`], which says how many it held back.
+//!   A missing Jaeger must not drown a demo's logs.
 
-use std::{io::IsTerminal, sync::OnceLock};
+use std::{
+    io::IsTerminal,
+    sync::{Mutex, OnceLock},
+    time::Duration,
+};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use opentelemetry::{global, trace::TracerProvider as _};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::{Resource, propagation::TraceContextPropagator, trace::SdkTracerProvider};
-use tracing_subscriber::{EnvFilter, Layer, layer::SubscriberExt, util::SubscriberInitExt};
+use tokio::time::Instant;
+use tracing::{Event, Level, Metadata, Subscriber, field::Field};
+use tracing_subscriber::{
+    EnvFilter, Layer,
+    filter::FilterFn,
+    layer::{Context, SubscriberExt},
+    util::SubscriberInitExt,
+};
 
 use crate::settings::common::LogSettings;
 
@@ -83,18 +100,137 @@ pub fn init(
                 .build(),
         )
     };
+    // The SDK's own events are neither spans' events nor exported.
     let otel = provider.as_ref().map(|p| {
         global::set_tracer_provider(p.clone());
-        tracing_opentelemetry::layer().with_tracer(p.tracer(service))
+        tracing_opentelemetry::layer()
+            .with_tracer(p.tracer(service))
+            .with_filter(FilterFn::new(not_export_trouble))
     });
 
     // A second initialisation in one process keeps the first subscriber.
     let _ = tracing_subscriber::registry()
         .with(filter)
-        .with(fmt)
+        .with(quiet_exporter_errors(fmt))
         .with(otel)
         .try_init();
     Ok(TelemetryGuard { provider })
+}
+
+/// How often trouble of the trace exporter is logged at most.
+pub const EXPORT_TROUBLE_EVERY: Duration = Duration::from_secs(60);
+
+/// Wraps the log output layer `output` so the OpenTelemetry SDK's own
+/// warnings and errors (targets `opentelemetry*`) do not reach it one by
+/// one: at most one WARN per [`EXPORT_TROUBLE_EVERY`] says the exporter is
+/// in trouble, with the SDK's message and how many were held back.
+///
+/// Export is best effort: a collector that is down (Jaeger left out of a
+/// demo, say) costs traces, not service, so it is worth a warning, not an
+/// error every batch.
+pub fn quiet_exporter_errors<S, L>(output: L) -> impl Layer<S>
+where
+    S: Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    L: Layer<S>,
+{
+    output
+        .with_filter(FilterFn::new(not_export_trouble))
+        .and_then(ExportTrouble {
+            throttle: Mutex::new(Throttle::new(EXPORT_TROUBLE_EVERY)),
+        })
+}
+
+/// Whether an event is not the SDK reporting its own trouble.
+fn not_export_trouble(metadata: &Metadata<'_>) -> bool {
+    !(metadata.target().starts_with("opentelemetry") && *metadata.level() <= Level::WARN)
+}
+
+/// Lets one report through per period and counts the ones it holds back.
+#[derive(Debug)]
+struct Throttle {
+    period: Duration,
+    last: Option<Instant>,
+    held_back: u64,
+}
+
+impl Throttle {
+    fn new(period: Duration) -> Self {
+        Self {
+            period,
+            last: None,
+            held_back: 0,
+        }
+    }
+
+    /// `Some(held back since the last report)` when a report may go out at
+    /// `now`; `None` (and one more held back) otherwise.
+    fn admit(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(last) if now.saturating_duration_since(last) < self.period => {
+                self.held_back += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.held_back))
+            }
+        }
+    }
+}
+
+/// The layer that logs the SDK's trouble as a throttled WARN.
+#[derive(Debug)]
+struct ExportTrouble {
+    throttle: Mutex<Throttle>,
+}
+
+impl<S: Subscriber> Layer<S> for ExportTrouble {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        if not_export_trouble(event.metadata()) {
+            return;
+        }
+        let admitted = self
+            .throttle
+            .lock()
+            .map_or(None, |mut t| t.admit(Instant::now()));
+        let Some(held_back) = admitted else { return };
+        let mut said = Said::default();
+        event.record(&mut said);
+        tracing::warn!(
+            sdk_event = %said.name,
+            sdk_message = %said.message,
+            held_back,
+            "trace export is failing (traces are dropped; the services are fine); \
+             repeated at most once a minute"
+        );
+    }
+}
+
+/// What an SDK event says: its `name` and its error or message fields.
+#[derive(Debug, Default)]
+struct Said {
+    name: String,
+    message: String,
+}
+
+impl tracing::field::Visit for Said {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.record_str(field, &format!("{value:?}"));
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "name" => value.clone_into(&mut self.name),
+            _ => {
+                if !self.message.is_empty() {
+                    self.message.push_str("; ");
+                }
+                self.message.push_str(field.name());
+                self.message.push('=');
+                self.message.push_str(value);
+            }
+        }
+    }
 }
 
 /// The process's Prometheus recorder, installed on first use.
@@ -123,7 +259,72 @@ pub fn prometheus() -> PrometheusHandle {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
     use tower::ServiceExt;
+
+    use super::Throttle;
+
+    #[test]
+    fn the_throttle_admits_one_report_per_period_and_counts_the_rest() {
+        let start = Instant::now();
+        let at = |secs: u64| start + Duration::from_secs(secs);
+        let mut throttle = Throttle::new(Duration::from_secs(60));
+        assert_eq!(throttle.admit(at(0)), Some(0), "the first goes out");
+        // One SDK error per 5 s batch: held back for the rest of the minute.
+        for secs in (5..60).step_by(5) {
+            assert_eq!(throttle.admit(at(secs)), None, "at {secs} s");
+        }
+        assert_eq!(
+            throttle.admit(at(60)),
+            Some(11),
+            "a minute later: one report, saying eleven were held back"
+        );
+        assert_eq!(throttle.admit(at(61)), None);
+        assert_eq!(throttle.admit(at(200)), Some(1));
+    }
+
+    #[test]
+    fn only_the_sdks_warnings_and_errors_count_as_export_trouble() {
+        use tracing::{Level, Metadata, callsite::Identifier, field::FieldSet, metadata::Kind};
+        struct Site;
+        impl tracing::Callsite for Site {
+            fn set_interest(&self, _: tracing::subscriber::Interest) {}
+            fn metadata(&self) -> &Metadata<'_> {
+                unreachable!()
+            }
+        }
+        static SITE: Site = Site;
+        let meta = |target: &'static str, level: Level| {
+            Metadata::new(
+                "event",
+                target,
+                level,
+                None,
+                None,
+                None,
+                FieldSet::new(&[], Identifier(&SITE)),
+                Kind::EVENT,
+            )
+        };
+        assert!(!super::not_export_trouble(&meta(
+            "opentelemetry_sdk",
+            Level::ERROR
+        )));
+        assert!(!super::not_export_trouble(&meta(
+            "opentelemetry-otlp",
+            Level::WARN
+        )));
+        assert!(super::not_export_trouble(&meta(
+            "opentelemetry_sdk",
+            Level::DEBUG
+        )));
+        assert!(super::not_export_trouble(&meta(
+            "shopeasy_order",
+            Level::ERROR
+        )));
+    }
 
     #[tokio::test]
     async fn observe_http_counts_by_matched_route_and_status() {

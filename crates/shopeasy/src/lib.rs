@@ -9,7 +9,10 @@
 //! - [`system`]: starting and stopping the embedded system.
 //! - [`seed`]: the demo catalogue written on first start.
 //! - [`load`]: the load generator.
+//! - [`policy`]: the whole chain's timeout and retry check, run before
+//!   anything starts.
 
 pub mod load;
+pub mod policy;
 pub mod seed;
 pub mod system;

@@ -8,30 +8,38 @@
 //!                                          └─[order-product]──→ product
 //! ```
 //!
-//! Each proxy listens on an ephemeral loopback port and is named after its
-//! edge; the Toxiproxy-compatible API (default :8474) breaks and heals them.
+//! The services, their ports, the edges and the wiring order are the
+//! runtime's `topology`: the launcher walks `topology::WIRING_ORDER`, puts a
+//! proxy on each of a service's edges before it starts, and starts each
+//! service with `lifecycle`'s one handle. Each proxy listens on an ephemeral
+//! loopback port and is named after its edge; the Toxiproxy-compatible API
+//! (default :8474) breaks and heals them.
 
 use std::{
+    collections::HashMap,
     net::{IpAddr, Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
 };
 
 use anyhow::Context;
 use shopeasy_faults::{FaultProxy, Proxies, ProxyConfig};
+use shopeasy_gateway::settings::GatewaySettings;
+use shopeasy_inventory::settings::InventorySettings;
+use shopeasy_order::settings::OrderSettings;
+use shopeasy_product::settings::ProductSettings;
 use shopeasy_runtime::{
-    lifecycle::Service,
-    settings::{self, Loader, Secret, SecretUrl, Settings},
+    lifecycle::{self, Running},
+    settings::{self, Loader, ProcessSettings, Secret, SecretUrl, Settings},
+    topology::{self, Addresses, Edge, Node},
 };
-use tokio::task::JoinSet;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// The edges the launcher puts a proxy on, named as SPEC §7 says.
-pub const EDGES: [&str; 4] = [
-    "gateway-product",
-    "gateway-order",
-    "order-inventory",
-    "order-product",
-];
+/// The edges the launcher puts a proxy on, named as SPEC §7 says: the
+/// topology's service-to-service edges.
+pub fn edges() -> Vec<String> {
+    topology::service_edges().iter().map(Edge::name).collect()
+}
 
 /// How to start the embedded system.
 #[derive(Debug, Clone)]
@@ -79,9 +87,13 @@ impl Options {
         }
     }
 
-    fn addr(&self, port: u16) -> SocketAddr {
-        let port = if self.ephemeral_ports { 0 } else { port };
-        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
+    /// Puts `node`'s listeners on loopback: its topology ports, or
+    /// ephemeral ones for tests.
+    fn place(&self, process: &mut ProcessSettings, node: &Node) {
+        let port = |port| if self.ephemeral_ports { 0 } else { port };
+        let on = |p| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port(p));
+        process.listen_addr = on(node.public_port);
+        process.admin_addr = on(node.admin_port);
     }
 
     fn sqlite(&self, service: &str) -> SecretUrl {
@@ -106,13 +118,37 @@ impl Options {
 
 /// The keys of every service the launcher runs.
 fn all_keys() -> Vec<String> {
-    let mut keys = settings::keys::<shopeasy_gateway::settings::GatewaySettings>();
-    keys.extend(settings::keys::<shopeasy_product::settings::ProductSettings>());
-    keys.extend(settings::keys::<shopeasy_order::settings::OrderSettings>());
-    keys.extend(settings::keys::<
-        shopeasy_inventory::settings::InventorySettings,
-    >());
+    let mut keys = settings::keys::<GatewaySettings>();
+    keys.extend(settings::keys::<ProductSettings>());
+    keys.extend(settings::keys::<OrderSettings>());
+    keys.extend(settings::keys::<InventorySettings>());
     keys
+}
+
+/// Every service's settings, loaded before anything starts.
+struct Loaded {
+    gateway: GatewaySettings,
+    product: ProductSettings,
+    order: OrderSettings,
+    inventory: InventorySettings,
+}
+
+impl Loaded {
+    /// Loads every service's settings, then checks the whole chain's policy
+    /// (`crate::policy::check_chain`) and logs its worst-case amplification:
+    /// an impossible combination refuses to start before anything listens.
+    fn load(options: &Options) -> anyhow::Result<Self> {
+        let loaded = Self {
+            gateway: options.load(topology::GATEWAY.name)?,
+            product: options.load(topology::PRODUCT.name)?,
+            order: options.load(topology::ORDER.name)?,
+            inventory: options.load(topology::INVENTORY.name)?,
+        };
+        let plan = crate::policy::check_chain(&loaded.gateway, &loaded.order)
+            .context("the resilience policy of gateway → order → inventory")?;
+        tracing::info!(plan = %plan.describe(), "resilience policy checked");
+        Ok(loaded)
+    }
 }
 
 /// Validates every service's settings as the launcher would load them.
@@ -120,52 +156,66 @@ fn all_keys() -> Vec<String> {
 /// # Errors
 /// The first service whose settings are invalid, with every reason.
 pub fn check_settings(options: &Options) -> anyhow::Result<()> {
-    options.load::<shopeasy_gateway::settings::GatewaySettings>("gateway")?;
-    options.load::<shopeasy_product::settings::ProductSettings>("product")?;
-    options.load::<shopeasy_order::settings::OrderSettings>("order")?;
-    options.load::<shopeasy_inventory::settings::InventorySettings>("inventory")?;
-    Ok(())
-}
-
-/// The addresses of a running embedded system.
-#[derive(Debug, Clone)]
-pub struct Addresses {
-    /// The gateway: the one address clients use.
-    pub gateway: SocketAddr,
-    /// The gateway's admin listener.
-    pub gateway_admin: SocketAddr,
-    /// The product service (direct, not through a proxy).
-    pub product: SocketAddr,
-    /// The product service's admin listener.
-    pub product_admin: SocketAddr,
-    /// The order service (direct).
-    pub order: SocketAddr,
-    /// The order service's admin listener.
-    pub order_admin: SocketAddr,
-    /// The inventory service (gRPC, direct).
-    pub inventory: SocketAddr,
-    /// The inventory service's admin listener.
-    pub inventory_admin: SocketAddr,
-    /// The Toxiproxy-compatible API.
-    pub faults_api: SocketAddr,
+    Loaded::load(options).map(drop)
 }
 
 /// A running embedded system.
 #[derive(Debug)]
 pub struct System {
-    /// Where everything listens.
+    /// Where the four services listen.
     pub addresses: Addresses,
+    /// The Toxiproxy-compatible API.
+    pub faults_api: SocketAddr,
     /// The fault proxies, by edge name.
     pub proxies: Proxies,
     /// The admin token every service accepts.
     pub admin_token: String,
+    /// The services, in the order they were wired.
+    services: Vec<Running>,
     shutdown: CancellationToken,
-    tasks: JoinSet<anyhow::Result<()>>,
+    faults_task: JoinHandle<anyhow::Result<()>>,
+}
+
+/// The addresses (public, admin) of each started service, and the proxies
+/// put in front of them as their callers start.
+struct Wiring<'a> {
+    proxies: &'a Proxies,
+    started: HashMap<&'static str, (SocketAddr, SocketAddr)>,
+}
+
+impl Wiring<'_> {
+    /// Where `node` listens (public, admin), once started.
+    fn addresses(&self, node: &Node) -> anyhow::Result<(SocketAddr, SocketAddr)> {
+        self.started
+            .get(node.name)
+            .copied()
+            .with_context(|| format!("{} has not started", node.name))
+    }
+
+    /// A proxy on every edge from `node` to a service, each named after its
+    /// edge; returns the URL `node` should call each upstream at.
+    async fn upstreams(
+        &self,
+        node: &'static Node,
+    ) -> anyhow::Result<HashMap<&'static str, String>> {
+        let mut urls = HashMap::new();
+        for upstream in node.upstreams() {
+            let (target, _) = self.addresses(upstream)?;
+            let edge = Edge {
+                from: node,
+                to: upstream.name,
+            };
+            let proxy = proxy(self.proxies, &edge.name(), target).await?;
+            urls.insert(upstream.name, format!("http://{}", proxy.listen_addr()));
+        }
+        Ok(urls)
+    }
 }
 
 impl System {
-    /// Starts the four services, the proxies and the fault API, and seeds the
-    /// demo catalogue on first start.
+    /// Starts the four services in the topology's wiring order, a fault
+    /// proxy on each of their edges, and the fault API, and seeds the demo
+    /// catalogue on first start.
     ///
     /// # Errors
     /// Invalid settings, a port in use (named in the error), or a service
@@ -182,85 +232,80 @@ impl System {
             let bytes: [u8; 16] = rand::rng().random();
             bytes.iter().map(|b| format!("{b:02x}")).collect()
         });
+        let loaded = Loaded::load(&options)?;
         let shutdown = CancellationToken::new();
-        let mut tasks = JoinSet::new();
         let proxies = Proxies::with_seed(options.seed);
+        let mut wiring = Wiring {
+            proxies: &proxies,
+            started: HashMap::new(),
+        };
+        let mut services = Vec::new();
+        for node in topology::WIRING_ORDER {
+            let urls = wiring.upstreams(node).await?;
+            let url = |name: &str| urls.get(name).cloned().unwrap_or_default();
+            let token = Secret::new(admin_token.clone());
+            let running = match *node {
+                topology::INVENTORY => {
+                    let mut s = loaded.inventory.clone();
+                    options.place(&mut s.process, node);
+                    s.storage.database_url = options.sqlite(node.name);
+                    s.admin_token = token;
+                    s.demo_seed = true; // crate::seed: the services seed themselves
+                    start::<shopeasy_inventory::App>(s, &shutdown).await?
+                }
+                topology::PRODUCT => {
+                    let mut s = loaded.product.clone();
+                    options.place(&mut s.process, node);
+                    s.storage.database_url = options.sqlite(node.name);
+                    s.redis.redis_url = SecretUrl::default();
+                    s.admin_token = token;
+                    s.demo_seed = true;
+                    start::<shopeasy_product::App>(s, &shutdown).await?
+                }
+                topology::ORDER => {
+                    let mut s = loaded.order.clone();
+                    options.place(&mut s.process, node);
+                    s.storage.database_url = options.sqlite(node.name);
+                    s.redis.redis_url = SecretUrl::default();
+                    s.admin_token = token;
+                    s.inventory.url = url(topology::INVENTORY.name);
+                    s.product.url = url(topology::PRODUCT.name);
+                    start::<shopeasy_order::App>(s, &shutdown).await?
+                }
+                _ => {
+                    let mut s = loaded.gateway.clone();
+                    options.place(&mut s.process, node);
+                    s.routes.product_url = url(topology::PRODUCT.name);
+                    s.routes.order_url = url(topology::ORDER.name);
+                    start::<shopeasy_gateway::App>(s, &shutdown).await?
+                }
+            };
+            wiring
+                .started
+                .insert(node.name, (running.local_addr(), running.admin_addr()));
+            services.push(running);
+        }
 
-        // Inventory and Product first: everything else calls them.
-        let mut inventory =
-            options.load::<shopeasy_inventory::settings::InventorySettings>("inventory")?;
-        inventory.listen_addr = options.addr(50051);
-        inventory.admin_addr = options.addr(9083);
-        inventory.database_url = options.sqlite("inventory");
-        inventory.admin_token = Secret::new(admin_token.clone());
-        let inventory = shopeasy_inventory::App::build(inventory).await?;
-        let (inventory_addr, inventory_admin) = (inventory.local_addr(), inventory.admin_addr());
-        tasks.spawn(inventory.run_until_stopped(shutdown.clone()));
-
-        let mut product = options.load::<shopeasy_product::settings::ProductSettings>("product")?;
-        product.listen_addr = options.addr(8081);
-        product.admin_addr = options.addr(9081);
-        product.database_url = options.sqlite("product");
-        product.redis_url = SecretUrl::default();
-        product.admin_token = Secret::new(admin_token.clone());
-        let product = shopeasy_product::App::build(product).await?;
-        let (product_addr, product_admin) = (product.local_addr()?, product.admin_addr()?);
-        tasks.spawn(product.run_until_stopped(shutdown.clone()));
-
-        let order_inventory = edge(&proxies, "order-inventory", inventory_addr).await?;
-        let order_product = edge(&proxies, "order-product", product_addr).await?;
-        let mut order = options.load::<shopeasy_order::settings::OrderSettings>("order")?;
-        order.listen_addr = options.addr(8082);
-        order.admin_addr = options.addr(9082);
-        order.database_url = options.sqlite("order");
-        order.redis_url = SecretUrl::default();
-        order.admin_token = Secret::new(admin_token.clone());
-        order.inventory.url = format!("http://{}", order_inventory.listen_addr());
-        order.product.url = format!("http://{}", order_product.listen_addr());
-        let order = shopeasy_order::App::build(order).await?;
-        let (order_addr, order_admin) = (order.local_addr()?, order.admin_addr()?);
-        tasks.spawn(order.run_until_stopped(shutdown.clone()));
-
-        let gateway_product = edge(&proxies, "gateway-product", product_addr).await?;
-        let gateway_order = edge(&proxies, "gateway-order", order_addr).await?;
-        let mut gateway = options.load::<shopeasy_gateway::settings::GatewaySettings>("gateway")?;
-        gateway.listen_addr = options.addr(8080);
-        gateway.admin_addr = options.addr(9080);
-        gateway.routes.product_url = format!("http://{}", gateway_product.listen_addr());
-        gateway.routes.order_url = format!("http://{}", gateway_order.listen_addr());
-        let gateway = shopeasy_gateway::App::build(gateway).await?;
-        let (gateway_addr, gateway_admin) = (gateway.local_addr(), gateway.admin_addr());
-        tasks.spawn(gateway.run_until_stopped(shutdown.clone()));
-
-        let api_listener =
-            shopeasy_runtime::lifecycle::bind(options.faults_api, "fault proxy API").await?;
+        let api_listener = lifecycle::bind(options.faults_api, "fault proxy API").await?;
         let faults_api = api_listener.local_addr()?;
         let api_proxies = proxies.clone();
         let api_stop = shutdown.clone();
-        tasks.spawn(async move {
+        let api = tokio::spawn(async move {
             shopeasy_faults::api::serve(api_listener, api_proxies, api_stop)
                 .await
                 .map_err(anyhow::Error::from)
         });
 
+        let addresses = Addresses::try_collect(|node| wiring.addresses(node))?;
         let system = Self {
-            addresses: Addresses {
-                gateway: gateway_addr,
-                gateway_admin,
-                product: product_addr,
-                product_admin,
-                order: order_addr,
-                order_admin,
-                inventory: inventory_addr,
-                inventory_admin,
-                faults_api,
-            },
+            addresses,
+            faults_api,
             proxies,
             admin_token,
+            services,
             shutdown,
-            tasks,
+            faults_task: api,
         };
-        crate::seed::seed_if_empty(&system).await?;
         Ok(system)
     }
 
@@ -295,8 +340,8 @@ impl System {
             oa = a.order_admin,
             i = a.inventory,
             ia = a.inventory_admin,
-            f = a.faults_api,
-            edges = EDGES.join(", "),
+            f = self.faults_api,
+            edges = edges().join(", "),
             token = self.admin_token,
         )
     }
@@ -305,14 +350,21 @@ impl System {
     ///
     /// # Errors
     /// The first service that stopped with an error.
-    pub async fn stop(mut self) -> anyhow::Result<()> {
+    pub async fn stop(self) -> anyhow::Result<()> {
         self.shutdown.cancel();
         let mut first_error = None;
-        while let Some(result) = self.tasks.join_next().await {
-            let result = result.map_err(anyhow::Error::from).and_then(|r| r);
-            if let (Err(e), None) = (result, &first_error) {
+        for running in self.services {
+            if let (Err(e), None) = (running.stop().await, &first_error) {
                 first_error = Some(e);
             }
+        }
+        let api = self
+            .faults_task
+            .await
+            .map_err(anyhow::Error::from)
+            .and_then(|r| r);
+        if let (Err(e), None) = (api, &first_error) {
+            first_error = Some(e);
         }
         self.proxies.shutdown().await;
         first_error.map_or(Ok(()), Err)
@@ -326,21 +378,105 @@ impl System {
         mut self,
         stop: impl std::future::Future<Output = ()>,
     ) -> anyhow::Result<()> {
-        tokio::select! {
-            () = stop => {}
-            Some(ended) = self.tasks.join_next() => {
-                let outcome = ended.map_err(anyhow::Error::from).and_then(|r| r);
-                self.stop().await?;
-                return outcome.and(Err(anyhow::anyhow!("a service stopped on its own")));
+        let ended = {
+            let any = first_to_end(&mut self.services);
+            tokio::select! {
+                () = stop => None,
+                outcome = any => Some(outcome),
+                api = &mut self.faults_task => Some(api.map_err(anyhow::Error::from).and_then(|r| r)),
+            }
+        };
+        match ended {
+            None => self.stop().await,
+            Some(outcome) => {
+                self.shutdown.cancel();
+                self.proxies.shutdown().await;
+                outcome.and(Err(anyhow::anyhow!("a service stopped on its own")))
             }
         }
-        self.stop().await
     }
 }
 
-async fn edge(proxies: &Proxies, name: &str, upstream: SocketAddr) -> anyhow::Result<FaultProxy> {
+/// Builds, binds and starts one service, stopped with everything else by
+/// `shutdown`.
+async fn start<S: lifecycle::Service>(
+    settings: S::Settings,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Running> {
+    Ok(lifecycle::Bound::<S>::build(settings)
+        .await
+        .with_context(|| format!("starting {}", S::NAME))?
+        .start_until(shutdown.child_token()))
+}
+
+/// Resolves when the first of `services` ends, with its outcome; never when
+/// there are none.
+async fn first_to_end(services: &mut [Running]) -> anyhow::Result<()> {
+    use std::{future::Future as _, task::Poll};
+    let mut ends: Vec<_> = services
+        .iter_mut()
+        .map(|r| Box::pin(r.finished()))
+        .collect();
+    std::future::poll_fn(|cx| {
+        for end in &mut ends {
+            if let Poll::Ready(outcome) = end.as_mut().poll(cx) {
+                return Poll::Ready(outcome);
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+async fn proxy(proxies: &Proxies, name: &str, upstream: SocketAddr) -> anyhow::Result<FaultProxy> {
     proxies
         .create(ProxyConfig::new(name, upstream.to_string()).listen("127.0.0.1:0"))
         .await
         .with_context(|| format!("fault proxy {name}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_launcher_refuses_a_chain_whose_retries_outlast_the_gateway() {
+        let mut options = Options::for_tests(Path::new("data"));
+        check_settings(&options).unwrap();
+        options.env = vec![
+            (
+                "RESILIENCE__GATEWAY__ACTIVITY_TIMEOUT_SECONDS".to_owned(),
+                "1".to_owned(),
+            ),
+            (
+                "RESILIENCE__INVENTORY__TIMEOUT_SECONDS".to_owned(),
+                "2".to_owned(),
+            ),
+        ];
+        let message = format!("{:#}", check_settings(&options).unwrap_err());
+        assert!(
+            message.contains("resilience.gateway.activity_timeout_seconds"),
+            "{message}"
+        );
+        assert!(message.contains("resilience.inventory"), "{message}");
+    }
+
+    #[test]
+    fn listeners_are_placed_on_the_topology_ports_or_ephemeral_ones() {
+        let mut process = ProcessSettings::new(&topology::ORDER);
+        let options = Options::new("data");
+        options.place(&mut process, &topology::ORDER);
+        assert_eq!(
+            process.listen_addr,
+            SocketAddr::from(([127, 0, 0, 1], topology::ORDER.public_port))
+        );
+        assert_eq!(
+            process.admin_addr,
+            SocketAddr::from(([127, 0, 0, 1], topology::ORDER.admin_port))
+        );
+        let options = Options::for_tests(Path::new("data"));
+        options.place(&mut process, &topology::ORDER);
+        assert_eq!(process.listen_addr.port(), 0);
+        assert_eq!(process.admin_addr.port(), 0);
+    }
 }

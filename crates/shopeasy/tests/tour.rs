@@ -4,10 +4,14 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
+mod support;
+
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use shopeasy::system::{Options, System};
+use shopeasy_testkit::assert_eventually;
+use support::{catalogue, first_product};
 use tokio::time::Instant;
 
 /// Short settings so the tour takes seconds (FAULTS.md: attempt 300 ms,
@@ -16,6 +20,7 @@ fn fast_env() -> Vec<(String, String)> {
     [
         ("RESILIENCE__INVENTORY__TIMEOUT_SECONDS", "0.3"),
         ("RESILIENCE__INVENTORY__BREAK_DURATION_SECONDS", "2"),
+        ("RESILIENCE__PRODUCT__TIMEOUT_SECONDS", "0.3"),
         ("RESILIENCE__GATEWAY__ACTIVITY_TIMEOUT_SECONDS", "1"),
         ("OUTBOX__POLL_INTERVAL_SECONDS", "0.2"),
     ]
@@ -32,25 +37,9 @@ async fn start(dir: &std::path::Path) -> System {
         .expect("the embedded system starts")
 }
 
+/// A tour customer's order of one unit of `product`.
 async fn place(http: &reqwest::Client, gw: &str, product: &str) -> reqwest::Response {
-    http.post(format!("{gw}/api/orders"))
-        .header("idempotency-key", uuid::Uuid::new_v4().to_string())
-        .json(&json!({"customer_id": "tour", "items": [{"product_id": product, "quantity": 1}]}))
-        .send()
-        .await
-        .unwrap()
-}
-
-async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !check().await {
-        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::place(http, gw, "tour", product).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -59,17 +48,10 @@ async fn the_tour() {
     let system = start(dir.path()).await;
     let http = reqwest::Client::new();
     let gw = format!("http://{}", system.addresses.gateway);
-    let faults = format!("http://{}", system.addresses.faults_api);
+    let faults = format!("http://{}", system.faults_api);
 
     // Browse.
-    let page: Value = http
-        .get(format!("{gw}/api/products?limit=100"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let page = catalogue(&http, &gw).await;
     let items = page["items"].as_array().unwrap();
     assert_eq!(items.len(), 12, "the demo catalogue is seeded");
     let cached = items[0]["id"].as_str().unwrap().to_owned();
@@ -117,14 +99,12 @@ async fn the_tour() {
         .unwrap();
     assert!(res.status().is_success());
     for id in &pending {
-        eventually(Duration::from_secs(15), "pending order confirmed", || {
-            let http = http.clone();
-            let url = format!("{gw}/api/orders/{id}");
-            async move {
-                let order: Value = http.get(url).send().await.unwrap().json().await.unwrap();
-                order["status"] == "confirmed"
-            }
-        })
+        let url = format!("{gw}/api/orders/{id}");
+        assert_eventually(
+            Duration::from_secs(15),
+            "pending order confirmed",
+            async || support::get_json(&http, &url).await["status"] == "confirmed",
+        )
         .await;
     }
 
@@ -182,41 +162,23 @@ async fn a_restart_keeps_orders_and_does_not_reseed() {
     let http = reqwest::Client::new();
     let system = start(dir.path()).await;
     let gw = format!("http://{}", system.addresses.gateway);
-    let page: Value = http
-        .get(format!("{gw}/api/products?limit=100"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let product = page["items"][0]["id"].as_str().unwrap().to_owned();
+    let product = first_product(&http, &gw).await;
     let order: Value = place(&http, &gw, &product).await.json().await.unwrap();
     system.stop().await.unwrap();
 
     let system = start(dir.path()).await;
     let gw = format!("http://{}", system.addresses.gateway);
-    let page: Value = http
-        .get(format!("{gw}/api/products?limit=100"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let page = catalogue(&http, &gw).await;
     assert_eq!(
         page["items"].as_array().unwrap().len(),
         12,
         "not seeded twice"
     );
-    let again: Value = http
-        .get(format!("{gw}/api/orders/{}", order["id"].as_str().unwrap()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let again = support::get_json(
+        &http,
+        &format!("{gw}/api/orders/{}", order["id"].as_str().unwrap()),
+    )
+    .await;
     assert_eq!(again["status"], "confirmed");
     system.stop().await.unwrap();
 }

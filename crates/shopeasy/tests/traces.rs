@@ -7,6 +7,8 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
+mod support;
+
 use std::collections::HashMap;
 
 use opentelemetry::{
@@ -17,7 +19,7 @@ use opentelemetry_sdk::{
     propagation::TraceContextPropagator,
     trace::{InMemorySpanExporter, SdkTracerProvider, SpanData},
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 use shopeasy::system::{Options, System};
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -58,13 +60,7 @@ fn descends(spans: &HashMap<SpanId, &SpanData>, span: &SpanData, ancestor: SpanI
 }
 
 async fn order(http: &reqwest::Client, gw: &str, product: &str) -> Value {
-    let res = http
-        .post(format!("{gw}/api/orders"))
-        .header("idempotency-key", uuid::Uuid::new_v4().to_string())
-        .json(&json!({"customer_id": "trace", "items": [{"product_id": product, "quantity": 1}]}))
-        .send()
-        .await
-        .unwrap();
+    let res = support::place(http, gw, "trace", product).await;
     assert!(res.status().is_success(), "{}", res.status());
     res.json().await.unwrap()
 }
@@ -110,15 +106,7 @@ async fn one_order_is_one_trace_with_a_span_per_attempt() {
     let system = System::start(options).await.unwrap();
     let http = reqwest::Client::new();
     let gw = format!("http://{}", system.addresses.gateway);
-    let page: Value = http
-        .get(format!("{gw}/api/products"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let product = page["items"][0]["id"].as_str().unwrap().to_owned();
+    let product = support::first_product(&http, &gw).await;
 
     // Healthy: one trace, every service in it, one attempt per call.
     exporter.reset();

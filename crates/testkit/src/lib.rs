@@ -5,6 +5,11 @@
 //! - [`redis_url`] and [`key_prefix`]: the shared Redis, isolated by prefix;
 //!   [`PrivateRedis`]: a `redis-server` of the test's own that it may stop,
 //!   freeze (SIGSTOP) and restart.
+//! - [`wait`]: [`eventually`] and [`assert_eventually`], the one bounded
+//!   poll every crate's tests wait with.
+//! - [`http`]: [`get_json`], a GET whose JSON answer a test asserts on.
+//! - [`metrics`]: [`Metrics`], a `/metrics` page parsed, looked up by
+//!   name and labels.
 //!
 //! Tests that need a server read `SHOPEASY_TEST_POSTGRES` (a URL to a
 //! database the test user may create databases from) and
@@ -20,6 +25,14 @@ use std::{
 };
 
 use sqlx::{Connection, Executor, PgConnection};
+
+pub mod http;
+pub mod metrics;
+pub mod wait;
+
+pub use http::get_json;
+pub use metrics::{Metrics, metric_sum};
+pub use wait::{assert_eventually, eventually};
 
 /// Variable naming the Postgres server for tests.
 pub const POSTGRES_VAR: &str = "SHOPEASY_TEST_POSTGRES";
@@ -220,13 +233,8 @@ impl PrivateRedis {
             .spawn()
             .expect("redis-server starts");
         self.child = Some(child);
-        for _ in 0..100 {
-            if self.ping().await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("private redis-server on port {} did not answer", self.port);
+        let what = format!("private redis-server on port {} answers", self.port);
+        assert_eventually(Duration::from_secs(5), what, async || self.ping().await).await;
     }
 
     async fn ping(&self) -> bool {

@@ -130,15 +130,3 @@ pub async fn read_to_end(stream: &mut TcpStream, limit: Duration) -> (Vec<u8>, i
         }
     }
 }
-
-/// Polls `condition` every 5 ms until it holds or `limit` passes.
-pub async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    condition()
-}

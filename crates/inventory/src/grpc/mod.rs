@@ -4,9 +4,11 @@
 //! Each method is an adapter only: read the deadline (and, for `SetStock`,
 //! the bearer token) from the metadata, parse the message into domain types,
 //! call the store, map the answer. Errors become statuses in one place,
-//! `status`.
+//! `status`. The metadata is read by the workspace's shared pieces: the
+//! `grpc-timeout` by `shopeasy_resilience::deadline` (the parser order's
+//! clients write it with), the bearer token by `shopeasy_runtime::auth` (the
+//! check product's admin routes use).
 
-mod deadline;
 pub mod observe;
 mod status;
 
@@ -17,9 +19,10 @@ use shopeasy_proto::inventory::v1::{
     ReserveStockRequest, ReserveStockResponse, SetStockRequest, SetStockResponse,
     inventory_service_server::InventoryService,
 };
-use shopeasy_runtime::settings::Secret;
+use shopeasy_resilience::deadline::{Deadline, HasDeadline};
+use shopeasy_runtime::{auth, settings::Secret};
 use tokio::time::Instant;
-use tonic::{Request, Response, Status, metadata::MetadataMap};
+use tonic::{Request, Response, Status};
 
 use crate::{
     Error,
@@ -46,29 +49,34 @@ impl InventoryApi {
         }
     }
 
-    /// When this call's work must end: now plus the shorter of the caller's
-    /// `grpc-timeout` and the server's cap.
-    fn deadline(&self, metadata: &MetadataMap) -> Instant {
-        let budget = deadline::grpc_timeout(metadata).map_or(self.cap, |t| t.min(self.cap));
-        Instant::now() + budget
+    /// When this call's work must end (see [`work_deadline`]).
+    fn deadline<T>(&self, request: &Request<T>) -> Instant {
+        work_deadline(request, self.cap)
     }
 
-    /// Checks `authorization: Bearer <admin token>` in constant time.
-    fn authorize(&self, metadata: &MetadataMap) -> Result<(), Error> {
-        let token = metadata
+    /// Checks `authorization: Bearer <admin token>` (constant time, the
+    /// same 401-style answer for every failure).
+    fn authorize<T>(&self, request: &Request<T>) -> Result<(), Error> {
+        let authorization = request
+            .metadata()
             .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                let (scheme, token) = v.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-            })
-            .unwrap_or_default();
-        if self.admin_token.matches(token) {
+            .and_then(|v| v.to_str().ok());
+        if auth::is_authorized(&self.admin_token, authorization) {
             Ok(())
         } else {
             Err(Error::Unauthenticated)
         }
     }
+}
+
+/// The earlier of the caller's `grpc-timeout` (none, or a malformed one, is
+/// no deadline, as gRPC says) and `cap` from now: no call works longer than
+/// either (tonic's server does the same, SPEC §4).
+fn work_deadline<T>(request: &Request<T>, cap: Duration) -> Instant {
+    let cap = Deadline::after(cap);
+    HasDeadline::deadline(request)
+        .map_or(cap, |caller| caller.earliest(cap))
+        .instant()
 }
 
 fn to_pb(lines: Vec<Line>) -> Vec<pb::StockLine> {
@@ -87,7 +95,7 @@ impl InventoryService for InventoryApi {
         &self,
         request: Request<GetStockRequest>,
     ) -> Result<Response<GetStockResponse>, Status> {
-        let deadline = self.deadline(request.metadata());
+        let deadline = self.deadline(&request);
         let product_id = request.into_inner().product_id;
         let product = ProductId::parse("product_id", &product_id).map_err(Error::from)?;
         let available = self.store.get_stock(&product, deadline).await?;
@@ -101,7 +109,7 @@ impl InventoryService for InventoryApi {
         &self,
         request: Request<ReserveStockRequest>,
     ) -> Result<Response<ReserveStockResponse>, Status> {
-        let deadline = self.deadline(request.metadata());
+        let deadline = self.deadline(&request);
         let message = request.into_inner();
         let reservation = Reservation::parse(
             &message.reservation_id,
@@ -123,7 +131,7 @@ impl InventoryService for InventoryApi {
         &self,
         request: Request<ReleaseStockRequest>,
     ) -> Result<Response<ReleaseStockResponse>, Status> {
-        let deadline = self.deadline(request.metadata());
+        let deadline = self.deadline(&request);
         let raw = request.into_inner().reservation_id;
         let id = ReservationId::parse("reservation_id", &raw).map_err(Error::from)?;
         let released = self.store.release(&id, deadline).await?;
@@ -136,8 +144,8 @@ impl InventoryService for InventoryApi {
         &self,
         request: Request<SetStockRequest>,
     ) -> Result<Response<SetStockResponse>, Status> {
-        self.authorize(request.metadata())?;
-        let deadline = self.deadline(request.metadata());
+        self.authorize(&request)?;
+        let deadline = self.deadline(&request);
         let message = request.into_inner();
         let mut violations = Vec::new();
         let product = ProductId::parse("product_id", &message.product_id)
@@ -154,5 +162,55 @@ impl InventoryService for InventoryApi {
             product_id: message.product_id,
             available,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_timeout(value: Option<&str>) -> Request<()> {
+        let mut request = Request::new(());
+        if let Some(value) = value {
+            request
+                .metadata_mut()
+                .insert("grpc-timeout", value.parse().unwrap());
+        }
+        request
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shorter_grpc_timeout_of_any_unit_bounds_the_work() {
+        let cap = Duration::from_secs(7200);
+        let now = Instant::now();
+        for (value, budget) in [
+            ("1000000u", Duration::from_secs(1)),
+            ("250m", Duration::from_millis(250)),
+            ("2S", Duration::from_secs(2)),
+            ("1M", Duration::from_secs(60)),
+            ("1H", Duration::from_secs(3600)),
+            ("5n", Duration::from_nanos(5)),
+        ] {
+            assert_eq!(
+                work_deadline(&with_timeout(Some(value)), cap),
+                now + budget,
+                "{value}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_longer_missing_or_malformed_grpc_timeout_leaves_the_cap() {
+        let cap = Duration::from_secs(2);
+        let capped = Instant::now() + cap;
+        assert_eq!(work_deadline(&with_timeout(None), cap), capped);
+        assert_eq!(work_deadline(&with_timeout(Some("5S")), cap), capped);
+        for bad in ["", "m", "123456789m", "12x", "-1m", "1.5S"] {
+            assert_eq!(
+                work_deadline(&with_timeout(Some(bad)), cap),
+                capped,
+                "{bad:?}"
+            );
+        }
     }
 }

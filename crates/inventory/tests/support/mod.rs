@@ -12,8 +12,11 @@ use shopeasy_inventory::{App, InventorySettings, Store};
 use shopeasy_proto::inventory::v1::{
     SetStockRequest, inventory_service_client::InventoryServiceClient,
 };
-use shopeasy_runtime::settings::{Seconds, Secret, SecretUrl};
-use tokio::{net::TcpListener, sync::Mutex, task::JoinHandle};
+use shopeasy_runtime::{
+    lifecycle::{self, Bound},
+    settings::{Seconds, Secret, SecretUrl},
+};
+use tokio::{net::TcpListener, sync::Mutex};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
@@ -25,8 +28,7 @@ pub struct Running {
     pub addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub store: Store,
-    stop: CancellationToken,
-    handle: Option<JoinHandle<anyhow::Result<()>>>,
+    server: lifecycle::Running,
 }
 
 impl Running {
@@ -66,50 +68,36 @@ impl Running {
     }
 
     /// Stops the server and waits for it (bounded).
-    pub async fn stop(mut self) {
-        self.stop.cancel();
-        if let Some(handle) = self.handle.take() {
-            tokio::time::timeout(Duration::from_secs(15), handle)
-                .await
-                .expect("server stops")
-                .unwrap()
-                .unwrap();
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop.cancel();
+    pub async fn stop(self) {
+        tokio::time::timeout(Duration::from_secs(15), self.server.stop())
+            .await
+            .expect("server stops")
+            .unwrap();
     }
 }
 
 /// Settings for a test server on `database_url`.
 pub fn settings(database_url: &str) -> InventorySettings {
     let mut s = InventorySettings {
-        listen_addr: ([127, 0, 0, 1], 0).into(),
-        admin_addr: ([127, 0, 0, 1], 0).into(),
-        database_url: SecretUrl::new(database_url),
         admin_token: Secret::new(ADMIN_TOKEN),
         ..InventorySettings::default()
     };
-    s.database.startup_timeout_seconds = Seconds::new(5.0);
+    s.process.ephemeral();
+    s.storage.database_url = SecretUrl::new(database_url);
+    s.storage.database.startup_timeout_seconds = Seconds::new(5.0);
     s
 }
 
 /// Builds and starts a server with `settings`.
 pub async fn start(settings: InventorySettings) -> Running {
-    let app = App::build(settings).await.expect("app builds");
-    let (addr, admin_addr) = (app.local_addr(), app.admin_addr());
-    let store = app.store().clone();
-    let stop = CancellationToken::new();
-    let handle = tokio::spawn(app.run_until_stopped(stop.clone()));
+    let bound = Bound::<App>::build(settings).await.expect("app builds");
+    let store = bound.service().store().clone();
+    let server = bound.start();
     Running {
-        addr,
-        admin_addr,
+        addr: server.local_addr(),
+        admin_addr: server.admin_addr(),
         store,
-        stop,
-        handle: Some(handle),
+        server,
     }
 }
 

@@ -1,6 +1,6 @@
-//! The Inventory client (SPEC §5): gRPC over one tonic `Channel`, behind a
-//! tower stack built in `stack`, exposed as the [`StockSource`] and
-//! [`Reservations`] ports.
+//! The Inventory client (SPEC §5): gRPC over one tonic `Channel`, behind
+//! the edge stack of `shopeasy_resilience::edge`, exposed as the
+//! [`StockSource`] and [`Reservations`] ports.
 //!
 //! Every call is a [`Call`] (cloneable, so the retry layer can repeat it)
 //! that carries the caller's deadline. Whatever goes wrong — refused,
@@ -20,20 +20,18 @@ use futures::future::BoxFuture;
 use prost::Message;
 use shopeasy_proto::inventory::v1::{self as pb, inventory_service_client::InventoryServiceClient};
 use shopeasy_resilience::{
-    backoff::Backoff,
-    breaker::{BreakerConfig, BreakerHandle, BreakerLayer, GrpcClassifier},
+    breaker::{BreakerHandle, GrpcClassifier},
     budget::RetryBudget,
-    bulkhead::BulkheadLayer,
-    deadline::{Deadline, DeadlineLayer, HasDeadline},
-    error::{BoxError, DeadlineExceeded},
-    retry::{GrpcUnavailablePolicy, RetryLayer},
-    timeout::AttemptTimeoutLayer,
+    deadline::{self, Deadline},
+    edge::{EdgeClient, EdgeError},
+    error::BoxError,
+    outcome::Outcome,
+    retry::GrpcUnavailablePolicy,
 };
 use tonic::{
     Code, Status,
     transport::{Channel, Endpoint},
 };
-use tower::{ServiceBuilder, ServiceExt, util::BoxCloneSyncService};
 use uuid::Uuid;
 
 use crate::{
@@ -64,26 +62,7 @@ pub enum Op {
 
 /// One call through the stack: the operation, its deadline, and the
 /// attempt timeout the stack decided (sent as `grpc-timeout`).
-#[derive(Debug, Clone)]
-pub struct Call {
-    op: Op,
-    deadline: Option<Deadline>,
-    timeout: Option<Duration>,
-}
-
-impl HasDeadline for Call {
-    fn deadline(&self) -> Option<Deadline> {
-        self.deadline
-    }
-
-    fn set_deadline(&mut self, deadline: Deadline) {
-        self.deadline = Some(deadline);
-    }
-
-    fn propagate(&mut self, timeout: Duration) {
-        self.timeout = Some(timeout);
-    }
-}
+pub type Call = deadline::Call<Op>;
 
 /// Inventory's answer to a [`Call`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,7 +111,7 @@ impl tower::Service<Call> for Transport {
                 request
             }
             let t = call.timeout;
-            match call.op {
+            match call.message {
                 Op::GetStock(id) => {
                     let message = pb::GetStockRequest {
                         product_id: id.to_string(),
@@ -223,28 +202,29 @@ fn refusal(status: &Status, lines: &[NewLine]) -> Option<Vec<Shortage>> {
     }
 }
 
-type Stack = BoxCloneSyncService<Call, Reply, BoxError>;
-
 /// The Inventory client. Cheap to clone (clones share the channel,
 /// breaker, budget and bulkhead).
 #[derive(Clone)]
 pub struct InventoryClient {
-    stack: Stack,
-    breaker: BreakerHandle,
-    budget: RetryBudget,
+    edge: EdgeClient<Call, Reply>,
 }
 
 impl fmt::Debug for InventoryClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("InventoryClient")
-            .field("breaker", &self.breaker.state())
+            .field("breaker", &self.edge.breaker().state())
             .finish_non_exhaustive()
     }
 }
 
 impl InventoryClient {
     /// A client of the Inventory at `url` (connected lazily: a down
-    /// Inventory does not stop the order service from starting).
+    /// Inventory does not stop the order service from starting), behind
+    /// the edge stack of `shopeasy_resilience::edge`: retries only
+    /// `UNAVAILABLE` (connection failures, never after a timeout or a
+    /// local refusal); timeouts (tonic's client-side `CANCELLED` included)
+    /// count against the breaker; each attempt's timeout is sent as
+    /// `grpc-timeout`.
     ///
     /// # Errors
     /// When `url` is not a valid endpoint.
@@ -256,129 +236,39 @@ impl InventoryClient {
             .keep_alive_while_idle(true)
             .tcp_nodelay(true)
             .connect_lazy();
-        let breaker = BreakerHandle::new(
-            TARGET,
-            BreakerConfig {
-                failure_ratio: edge.failure_ratio,
-                minimum_throughput: edge.minimum_calls,
-                sampling_duration: edge.sampling_window_seconds.get(),
-                break_duration: edge.break_duration_seconds.get(),
-                trial_timeout: edge.timeout_seconds.get() * 2,
-            },
-        );
-        let stack = stack(channel, edge, budget.clone(), breaker.clone());
+        let transport = Transport {
+            client: InventoryServiceClient::new(channel),
+        };
         Ok(Self {
-            stack,
-            breaker,
-            budget,
+            edge: EdgeClient::new(
+                &edge.config(TARGET),
+                budget,
+                GrpcUnavailablePolicy,
+                GrpcClassifier,
+                transport,
+            ),
         })
     }
 
     /// The breaker (for `/admin/resilience` and tests).
     pub fn breaker(&self) -> &BreakerHandle {
-        &self.breaker
+        self.edge.breaker()
     }
 
     /// The retry budget.
     pub fn budget(&self) -> &RetryBudget {
-        &self.budget
+        self.edge.budget()
     }
 
     async fn call(&self, op: Op, deadline: Option<Deadline>) -> Result<Reply, StockError> {
-        let call = Call {
-            op,
-            deadline,
-            timeout: None,
-        };
-        let started = tokio::time::Instant::now();
-        let result = self.stack.clone().oneshot(call).await;
-        let outcome = match &result {
-            Ok(_) => "ok",
-            Err(e) => outcome_of(e.as_ref()),
-        };
-        metrics::histogram!(
-            "shopeasy_downstream_request_duration_seconds",
-            "target" => TARGET,
-            "outcome" => outcome,
-        )
-        .record(started.elapsed().as_secs_f64());
-        result.map_err(|e| {
-            if deadline.is_some_and(Deadline::is_expired)
-                && shopeasy_resilience::error::find::<DeadlineExceeded>(e.as_ref()).is_some()
-            {
-                StockError::DeadlineExceeded
-            } else {
-                StockError::Unavailable(format!("{outcome}: {e}"))
-            }
-        })
+        self.edge
+            .call(Call::with_deadline(op, deadline), |_| Outcome::Ok)
+            .await
+            .map_err(|e| match e {
+                EdgeError::DeadlineExceeded => StockError::DeadlineExceeded,
+                failed @ EdgeError::Failed { .. } => StockError::Unavailable(failed.to_string()),
+            })
     }
-}
-
-/// The outcome label of a failed call.
-fn outcome_of(e: &(dyn std::error::Error + 'static)) -> &'static str {
-    use shopeasy_resilience::error::{CircuitOpen, Overloaded, find, is_timeout};
-    if find::<CircuitOpen>(e).is_some() {
-        "circuit_open"
-    } else if find::<Overloaded>(e).is_some() {
-        "overloaded"
-    } else if is_timeout(e)
-        || find::<Status>(e).is_some_and(|s| {
-            s.code() == Code::DeadlineExceeded || shopeasy_resilience::error::is_grpc_timeout(s)
-        })
-    {
-        "timeout"
-    } else if find::<Status>(e).is_some_and(|s| s.code() == Code::Unavailable) {
-        "unavailable"
-    } else {
-        "error"
-    }
-}
-
-/// The Inventory stack, read outer to inner (each layer sees what the
-/// layers above it decided):
-fn stack(
-    channel: Channel,
-    edge: &EdgeSettings,
-    budget: RetryBudget,
-    breaker: BreakerHandle,
-) -> Stack {
-    let per_attempt = edge.timeout_seconds.get();
-    let backoff = Backoff::default();
-    // A call without a caller's deadline still ends: every attempt plus
-    // the pauses between them.
-    let cap = per_attempt * (edge.max_retries + 1) + Duration::from_secs(1);
-    let max_concurrency = usize::try_from(edge.max_concurrency).unwrap_or(usize::MAX);
-    let service = ServiceBuilder::new()
-        // 1. Deadline: the caller's remaining time, capped; an expired
-        //    call is not sent at all.
-        .layer(DeadlineLayer::new(cap))
-        // 2. Retry: only UNAVAILABLE (connection failures), jittered
-        //    exponential backoff, each retry from the shared budget, never
-        //    after a timeout or a local refusal, never past the deadline.
-        //    Above the breaker, so every attempt is judged by it.
-        .layer(RetryLayer::new(
-            GrpcUnavailablePolicy,
-            budget,
-            backoff,
-            edge.max_retries,
-            TARGET,
-        ))
-        // 3. Circuit breaker: fails fast while Inventory keeps failing;
-        //    one trial after the break. Timeouts (including tonic's
-        //    client-side CANCELLED) count as failures.
-        .layer(BreakerLayer::new(breaker, GrpcClassifier))
-        // 4. Bulkhead: at most `max_concurrency` calls in flight; more are
-        //    shed, so a hung Inventory cannot hold every task.
-        .layer(BulkheadLayer::new(max_concurrency))
-        // 5. Attempt timeout: min(timeout_seconds, time left), sent to
-        //    Inventory as grpc-timeout.
-        .layer(AttemptTimeoutLayer::new(per_attempt))
-        // 6. Transport: one tonic channel (3 s connect timeout, HTTP/2
-        //    keep-alive pings).
-        .service(Transport {
-            client: InventoryServiceClient::new(channel),
-        });
-    BoxCloneSyncService::new(service)
 }
 
 impl StockSource for InventoryClient {
@@ -415,7 +305,7 @@ impl Reservations for InventoryClient {
     }
 
     fn is_refusing(&self) -> bool {
-        self.breaker.is_refusing()
+        self.edge.breaker().is_refusing()
     }
 
     fn release(

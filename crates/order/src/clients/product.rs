@@ -1,5 +1,6 @@
 //! The Product client (SPEC §5): `GET /api/products/{id}` over HTTP behind
-//! a tower stack built in `stack`, exposed as the [`Catalog`] port. The
+//! the edge stack of `shopeasy_resilience::edge`, exposed as the
+//! [`Catalog`] port. The
 //! wire types are the Product service's own (`shopeasy-product-api`).
 //!
 //! Each attempt's timeout covers the whole response, body included: the
@@ -17,16 +18,14 @@ use futures::future::BoxFuture;
 use http::StatusCode;
 use shopeasy_product_api::{Product, paths};
 use shopeasy_resilience::{
-    backoff::Backoff,
-    breaker::{BreakerConfig, BreakerHandle, BreakerLayer, HttpClassifier},
+    breaker::{BreakerHandle, HttpClassifier},
     budget::RetryBudget,
-    bulkhead::BulkheadLayer,
-    deadline::{Deadline, DeadlineLayer, HasDeadline},
-    error::{BoxError, DeadlineExceeded, find},
-    retry::{HttpRetryPolicy, RetryLayer},
-    timeout::AttemptTimeoutLayer,
+    deadline::{Deadline, HasDeadline},
+    edge::{EdgeClient, EdgeError},
+    error::{BoxError, find},
+    outcome::Outcome,
+    retry::HttpRetryPolicy,
 };
-use tower::{ServiceBuilder, ServiceExt, util::BoxCloneSyncService};
 use uuid::Uuid;
 
 use crate::{
@@ -81,28 +80,29 @@ impl tower::Service<http::Request<()>> for Transport {
     }
 }
 
-type Stack = BoxCloneSyncService<http::Request<()>, http::Response<Bytes>, BoxError>;
-
 /// The Product client. Cheap to clone.
 #[derive(Clone)]
 pub struct ProductClient {
     base: String,
-    stack: Stack,
-    breaker: BreakerHandle,
-    budget: RetryBudget,
+    edge: EdgeClient<http::Request<()>, http::Response<Bytes>>,
 }
 
 impl fmt::Debug for ProductClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProductClient")
             .field("base", &self.base)
-            .field("breaker", &self.breaker.state())
+            .field("breaker", &self.edge.breaker().state())
             .finish_non_exhaustive()
     }
 }
 
 impl ProductClient {
-    /// A client of the Product service at `url`.
+    /// A client of the Product service at `url`, behind the edge stack of
+    /// `shopeasy_resilience::edge`: retries connection failures, 502/503/504
+    /// and 429 (no earlier than `Retry-After`), never other 4xx or a
+    /// timeout; errors, 5xx and 429 count against the breaker; each
+    /// attempt's timeout covers the body and is sent on as the deadline
+    /// header.
     ///
     /// # Errors
     /// When the HTTP client cannot be built.
@@ -112,32 +112,26 @@ impl ProductClient {
             .pool_idle_timeout(Duration::from_secs(60))
             .tcp_nodelay(true)
             .build()?;
-        let breaker = BreakerHandle::new(
-            TARGET,
-            BreakerConfig {
-                failure_ratio: edge.failure_ratio,
-                minimum_throughput: edge.minimum_calls,
-                sampling_duration: edge.sampling_window_seconds.get(),
-                break_duration: edge.break_duration_seconds.get(),
-                trial_timeout: edge.timeout_seconds.get() * 2,
-            },
-        );
         Ok(Self {
             base: url.trim_end_matches('/').to_owned(),
-            stack: stack(Transport { client }, edge, budget.clone(), breaker.clone()),
-            breaker,
-            budget,
+            edge: EdgeClient::new(
+                &edge.config(TARGET),
+                budget,
+                HttpRetryPolicy::new().with_connection_error(is_connection_failure),
+                HttpClassifier,
+                Transport { client },
+            ),
         })
     }
 
     /// The breaker.
     pub fn breaker(&self) -> &BreakerHandle {
-        &self.breaker
+        self.edge.breaker()
     }
 
     /// The retry budget.
     pub fn budget(&self) -> &RetryBudget {
-        &self.budget
+        self.edge.budget()
     }
 
     async fn product(
@@ -152,30 +146,20 @@ impl ProductClient {
         if let Some(d) = deadline {
             request.set_deadline(d);
         }
-        let started = tokio::time::Instant::now();
-        let result = self.stack.clone().oneshot(request).await;
-        let outcome = match &result {
-            Ok(r) if r.status().is_success() || r.status() == StatusCode::NOT_FOUND => "ok",
-            Ok(_) => "error_status",
-            Err(e) if shopeasy_resilience::error::is_timeout(e.as_ref()) => "timeout",
-            Err(e) if shopeasy_resilience::error::is_rejected(e.as_ref()) => "rejected",
-            Err(_) => "error",
-        };
-        metrics::histogram!(
-            "shopeasy_downstream_request_duration_seconds",
-            "target" => TARGET,
-            "outcome" => outcome,
-        )
-        .record(started.elapsed().as_secs_f64());
-        let response = result.map_err(|e| {
-            if deadline.is_some_and(Deadline::is_expired)
-                && find::<DeadlineExceeded>(e.as_ref()).is_some()
-            {
-                CatalogError::DeadlineExceeded
-            } else {
-                CatalogError::Unavailable(e.to_string())
-            }
-        })?;
+        let response = self
+            .edge
+            .call(request, |r| {
+                if r.status().is_success() || r.status() == StatusCode::NOT_FOUND {
+                    Outcome::Ok
+                } else {
+                    Outcome::ErrorStatus
+                }
+            })
+            .await
+            .map_err(|e| match e {
+                EdgeError::DeadlineExceeded => CatalogError::DeadlineExceeded,
+                failed @ EdgeError::Failed { .. } => CatalogError::Unavailable(failed.to_string()),
+            })?;
         match response.status() {
             StatusCode::OK => serde_json::from_slice(response.body())
                 .map(Some)
@@ -196,41 +180,6 @@ impl ProductClient {
 fn is_connection_failure(e: &(dyn std::error::Error + 'static)) -> bool {
     find::<reqwest::Error>(e).is_some_and(reqwest::Error::is_connect)
         || find::<hyper::Error>(e).is_some_and(hyper::Error::is_incomplete_message)
-}
-
-/// The Product stack, read outer to inner:
-fn stack(
-    transport: Transport,
-    edge: &EdgeSettings,
-    budget: RetryBudget,
-    breaker: BreakerHandle,
-) -> Stack {
-    let per_attempt = edge.timeout_seconds.get();
-    let cap = per_attempt * (edge.max_retries + 1) + Duration::from_secs(1);
-    let max_concurrency = usize::try_from(edge.max_concurrency).unwrap_or(usize::MAX);
-    let service = ServiceBuilder::new()
-        // 1. Deadline: the caller's remaining time, capped.
-        .layer(DeadlineLayer::new(cap))
-        // 2. Retry: connection failures, 502/503/504 and 429 (no earlier
-        //    than Retry-After), never other 4xx or a timeout; each retry
-        //    from the budget, never past the deadline.
-        .layer(RetryLayer::new(
-            HttpRetryPolicy::new().with_connection_error(is_connection_failure),
-            budget,
-            Backoff::default(),
-            edge.max_retries,
-            TARGET,
-        ))
-        // 3. Circuit breaker: errors, 5xx and 429 are failures.
-        .layer(BreakerLayer::new(breaker, HttpClassifier))
-        // 4. Bulkhead: Product's own concurrency limit.
-        .layer(BulkheadLayer::new(max_concurrency))
-        // 5. Attempt timeout: min(timeout_seconds, time left), covering
-        //    the body; sent on as the deadline header.
-        .layer(AttemptTimeoutLayer::new(per_attempt))
-        // 6. Transport: reqwest (connect timeout, pooled connections).
-        .service(transport);
-    BoxCloneSyncService::new(service)
 }
 
 impl Catalog for ProductClient {

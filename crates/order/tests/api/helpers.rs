@@ -1,7 +1,7 @@
 //! Starting the order service for a test: real listeners on 127.0.0.1:0,
 //! a real database, fake Inventory and Product servers.
 
-use std::{future::Future, net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, time::Duration};
 
 use serde_json::{Value, json};
 use shopeasy_order::{
@@ -10,9 +10,11 @@ use shopeasy_order::{
     saga::Orders,
     settings::{OrderSettings, UpstreamSettings},
 };
-use shopeasy_runtime::settings::{Seconds, SecretUrl};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use shopeasy_runtime::{
+    lifecycle::{self, Bound},
+    settings::{Seconds, SecretUrl},
+};
+use shopeasy_testkit::get_json;
 use uuid::Uuid;
 
 use crate::fakes::{FakeInventory, FakeProduct, Running};
@@ -22,9 +24,6 @@ use crate::fakes::{FakeInventory, FakeProduct, Running};
 /// timeouts set their own).
 pub(crate) fn test_settings(db_url: &str, inventory_url: &str, product_url: &str) -> OrderSettings {
     let mut s = OrderSettings {
-        listen_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        database_url: SecretUrl::new(db_url),
         inventory: UpstreamSettings {
             url: inventory_url.to_owned(),
         },
@@ -33,6 +32,8 @@ pub(crate) fn test_settings(db_url: &str, inventory_url: &str, product_url: &str
         },
         ..OrderSettings::default()
     };
+    s.process.ephemeral();
+    s.storage.database_url = SecretUrl::new(db_url);
     let inv = &mut s.resilience.inventory;
     inv.timeout_seconds = Seconds::new(2.0);
     inv.break_duration_seconds = Seconds::new(1.0);
@@ -50,6 +51,21 @@ pub(crate) fn test_settings(db_url: &str, inventory_url: &str, product_url: &str
     s
 }
 
+/// The real Inventory service on 127.0.0.1:0 over `db_url`, and its store
+/// (to set stock directly).
+pub(crate) async fn real_inventory(
+    db_url: &str,
+) -> (lifecycle::Running, shopeasy_inventory::Store) {
+    let mut settings = shopeasy_inventory::InventorySettings::default();
+    settings.process.ephemeral();
+    settings.storage.database_url = SecretUrl::new(db_url);
+    let bound = Bound::<shopeasy_inventory::App>::build(settings)
+        .await
+        .unwrap();
+    let store = bound.service().store().clone();
+    (bound.start(), store)
+}
+
 /// A running order service.
 #[derive(Debug)]
 pub(crate) struct TestApp {
@@ -58,8 +74,7 @@ pub(crate) struct TestApp {
     pub(crate) http: reqwest::Client,
     pub(crate) orders: Orders,
     pub(crate) failpoints: Failpoints,
-    shutdown: CancellationToken,
-    handle: Option<JoinHandle<anyhow::Result<()>>>,
+    server: lifecycle::Running,
 }
 
 impl TestApp {
@@ -68,20 +83,16 @@ impl TestApp {
     }
 
     pub(crate) async fn spawn_with(settings: OrderSettings, failpoints: Failpoints) -> Self {
-        let app = App::build_with(settings, failpoints.clone()).await.unwrap();
-        let addr = app.local_addr().unwrap();
-        let admin = app.admin_addr().unwrap();
-        let orders = app.orders().clone();
-        let shutdown = CancellationToken::new();
-        let handle = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+        let bound = App::build_with(settings, failpoints.clone()).await.unwrap();
+        let orders = bound.service().orders().clone();
+        let server = bound.start();
         Self {
-            addr,
-            admin,
+            addr: server.local_addr(),
+            admin: server.admin_addr(),
             http: reqwest::Client::new(),
             orders,
             failpoints,
-            shutdown,
-            handle: Some(handle),
+            server,
         }
     }
 
@@ -90,11 +101,8 @@ impl TestApp {
     }
 
     /// Stops serving and the workers (as a process stop would).
-    pub(crate) async fn stop(mut self) {
-        self.shutdown.cancel();
-        if let Some(h) = self.handle.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(15), h).await;
-        }
+    pub(crate) async fn stop(self) {
+        let _ = tokio::time::timeout(Duration::from_secs(15), self.server.stop()).await;
     }
 
     pub(crate) async fn post_order(&self, key: Option<&str>, body: &Value) -> reqwest::Response {
@@ -103,6 +111,36 @@ impl TestApp {
             req = req.header("Idempotency-Key", k);
         }
         req.send().await.unwrap()
+    }
+
+    /// `POST /api/orders` with a raw `body` of `content_type`: the bodies
+    /// `post_order` cannot send (malformed, mislabelled, oversized).
+    pub(crate) async fn post_raw(
+        &self,
+        content_type: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
+        self.http
+            .post(self.url("/api/orders"))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `POST /api/orders/{id}/cancel`, the answer as it came.
+    pub(crate) async fn cancel(&self, id: &str) -> reqwest::Response {
+        self.http
+            .post(self.url(&format!("/api/orders/{id}/cancel")))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `GET path` on the admin listener, decoded as JSON.
+    pub(crate) async fn admin_json(&self, path: &str) -> Value {
+        get_json(&self.http, format!("http://{}{path}", self.admin)).await
     }
 
     pub(crate) async fn get_order(&self, id: &str) -> Value {
@@ -132,29 +170,8 @@ impl TestApp {
     }
 }
 
-impl Drop for TestApp {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
-}
-
-/// Polls `check` every 50 ms until it holds or `within` passes.
-pub(crate) async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let end = tokio::time::Instant::now() + within;
-    loop {
-        if check().await {
-            return true;
-        }
-        if tokio::time::Instant::now() >= end {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+/// The testkit's bounded poll, as every crate's tests wait.
+pub(crate) use shopeasy_testkit::eventually;
 
 /// A shop: fake Inventory and Product with `products` (price 250, stock
 /// as given), both serving.
@@ -203,4 +220,14 @@ pub(crate) fn order_body(customer: &str, lines: &[(Uuid, i64)]) -> Value {
         "customer_id": customer,
         "items": lines.iter().map(|(p, q)| json!({"product_id": p, "quantity": q})).collect::<Vec<_>>(),
     })
+}
+
+/// The orders of `customer`, as `GET /api/orders?customer_id=` lists them.
+pub(crate) async fn orders_of(app: &TestApp, customer: &str) -> Vec<Value> {
+    let list = get_json(
+        &app.http,
+        app.url(&format!("/api/orders?customer_id={customer}")),
+    )
+    .await;
+    list["items"].as_array().unwrap().clone()
 }

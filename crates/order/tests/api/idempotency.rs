@@ -10,21 +10,8 @@ use shopeasy_testkit::all_backends;
 
 use crate::{
     fakes::{Mode, ProductMode},
-    helpers::{Shop, TestApp, eventually, order_body},
+    helpers::{Shop, TestApp, eventually, order_body, orders_of},
 };
-
-async fn orders_of(app: &TestApp, customer: &str) -> Vec<Value> {
-    let list: Value = app
-        .http
-        .get(app.url(&format!("/api/orders?customer_id={customer}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    list["items"].as_array().unwrap().clone()
-}
 
 #[tokio::test]
 async fn ten_concurrent_posts_with_one_key_create_one_order() {
@@ -350,7 +337,7 @@ async fn a_hundred_concurrent_orders_on_stock_ten_never_oversell() {
     // would still be a correct answer on a loaded machine).
     settings.resilience.product.timeout_seconds = Seconds::new(3.0);
     settings.resilience.inventory.timeout_seconds = Seconds::new(3.0);
-    settings.database.acquire_timeout_seconds = Seconds::new(10.0);
+    settings.storage.database.acquire_timeout_seconds = Seconds::new(10.0);
     let app = TestApp::spawn(settings).await;
     let a = shop.products[0];
     let statuses = futures::future::join_all((0..100).map(|i| {

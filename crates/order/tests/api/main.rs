@@ -10,5 +10,6 @@ mod helpers;
 mod idempotency;
 mod migrations;
 mod orders;
+mod problems;
 mod real_inventory;
 mod stock_cache;

@@ -9,7 +9,7 @@ use shopeasy_testkit::all_backends;
 
 use crate::{
     fakes::Mode,
-    helpers::{Shop, TestApp, order_body},
+    helpers::{Shop, TestApp, order_body, orders_of},
 };
 
 #[tokio::test]
@@ -44,17 +44,9 @@ async fn an_order_is_priced_reserved_and_confirmed() {
 
         let fetched = app.get_order(order["id"].as_str().unwrap()).await;
         assert_eq!(fetched, order);
-        let list: Value = app
-            .http
-            .get(app.url("/api/orders?customer_id=c-1"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(list["items"].as_array().unwrap().len(), 1);
-        assert_eq!(list["items"][0], order);
+        let list = orders_of(&app, "c-1").await;
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0], order);
         app.stop().await;
     }
 }
@@ -89,32 +81,13 @@ async fn bad_requests_are_problems_never_500() {
     let dup = order_body("c", &[(p, 1), (p, 2)]);
     assert_eq!(app.post_order(None, &dup).await.status(), 422);
 
-    let res = app
-        .http
-        .post(app.url("/api/orders"))
-        .header("content-type", "application/json")
-        .body("{not json")
-        .send()
-        .await
-        .unwrap();
+    let res = app.post_raw("application/json", "{not json").await;
     assert_eq!(res.status(), 400);
-    let res = app
-        .http
-        .post(app.url("/api/orders"))
-        .header("content-type", "text/plain")
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
+    let res = app.post_raw("text/plain", "{}").await;
     assert_eq!(res.status(), 415);
     let res = app
-        .http
-        .post(app.url("/api/orders"))
-        .header("content-type", "application/json")
-        .body(vec![b' '; 70 * 1024])
-        .send()
-        .await
-        .unwrap();
+        .post_raw("application/json", vec![b' '; 70 * 1024])
+        .await;
     assert_eq!(res.status(), 413);
     let res = app
         .post_order(Some("bad key with spaces"), &order_body("c", &[(p, 1)]))
@@ -194,12 +167,7 @@ async fn cancel_releases_stock_once_and_is_idempotent() {
         let id = order["id"].as_str().unwrap();
         assert_eq!(shop.inventory.stock(a), 6);
         for _ in 0..2 {
-            let res = app
-                .http
-                .post(app.url(&format!("/api/orders/{id}/cancel")))
-                .send()
-                .await
-                .unwrap();
+            let res = app.cancel(id).await;
             assert_eq!(res.status(), 200);
             let body: Value = res.json().await.unwrap();
             assert_eq!(body["status"], "cancelled");
@@ -212,12 +180,7 @@ async fn cancel_releases_stock_once_and_is_idempotent() {
             "a second cancel calls nothing"
         );
         let missing = uuid::Uuid::new_v4();
-        let res = app
-            .http
-            .post(app.url(&format!("/api/orders/{missing}/cancel")))
-            .send()
-            .await
-            .unwrap();
+        let res = app.cancel(&missing.to_string()).await;
         assert_eq!(res.status(), 404);
         app.stop().await;
     }
@@ -280,15 +243,7 @@ async fn the_admin_listener_shows_health_metrics_and_resilience() {
     let admin = |path: &str| format!("http://{}{path}", app.admin);
     let ready = app.http.get(admin("/health/ready")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
-    let r: Value = app
-        .http
-        .get(admin("/admin/resilience"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let r = app.admin_json("/admin/resilience").await;
     assert_eq!(r["circuit_breakers"]["inventory"]["state"], "closed", "{r}");
     assert_eq!(r["circuit_breakers"]["product"]["state"], "closed", "{r}");
     assert!(

@@ -3,15 +3,13 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
-use shopeasy_inventory::{App as Inventory, InventorySettings, domain::ProductId};
-use shopeasy_runtime::settings::{Seconds, SecretUrl};
+use shopeasy_inventory::domain::ProductId;
+use shopeasy_runtime::settings::Seconds;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::{
     fakes::FakeProduct,
-    helpers::{TestApp, eventually, order_body, test_settings},
+    helpers::{TestApp, eventually, order_body, orders_of, real_inventory, test_settings},
 };
 
 #[tokio::test]
@@ -22,18 +20,8 @@ async fn a_hundred_concurrent_orders_against_real_inventory_on_stock_ten() {
     ) else {
         return;
     };
-    let inventory = Inventory::build(InventorySettings {
-        listen_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        database_url: SecretUrl::new(inventory_db.url()),
-        ..InventorySettings::default()
-    })
-    .await
-    .unwrap();
-    let store = inventory.store().clone();
+    let (inventory, store) = real_inventory(inventory_db.url()).await;
     let inventory_url = format!("http://{}", inventory.local_addr());
-    let stop = CancellationToken::new();
-    let server = tokio::spawn(inventory.run_until_stopped(stop.clone()));
 
     let product = uuid::Uuid::new_v4();
     let pid = ProductId::parse("product_id", &product.to_string()).unwrap();
@@ -47,7 +35,7 @@ async fn a_hundred_concurrent_orders_against_real_inventory_on_stock_ten() {
     // a loaded machine, not latency. A 503 would still be a correct answer.
     settings.resilience.inventory.timeout_seconds = Seconds::new(3.0);
     settings.resilience.product.timeout_seconds = Seconds::new(3.0);
-    settings.database.acquire_timeout_seconds = Seconds::new(10.0);
+    settings.storage.database.acquire_timeout_seconds = Seconds::new(10.0);
     let app = TestApp::spawn(settings).await;
 
     let statuses = futures::future::join_all((0..100).map(|i| {
@@ -67,18 +55,7 @@ async fn a_hundred_concurrent_orders_against_real_inventory_on_stock_ten() {
         statuses.iter().all(|s| [201, 202, 409].contains(s)),
         "{statuses:?}"
     );
-    let orders = || async {
-        let list: Value = app
-            .http
-            .get(app.url("/api/orders?customer_id=c-real"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        list["items"].as_array().unwrap().clone()
-    };
+    let orders = || orders_of(&app, "c-real");
     let resolved = eventually(Duration::from_secs(10), || async {
         orders().await.iter().all(|o| o["status"] != "pending")
     })
@@ -103,6 +80,5 @@ async fn a_hundred_concurrent_orders_against_real_inventory_on_stock_ten() {
     );
 
     app.stop().await;
-    stop.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(15), server).await;
+    let _ = tokio::time::timeout(Duration::from_secs(15), inventory.stop()).await;
 }

@@ -84,14 +84,9 @@ impl Outcome {
     }
 }
 
-/// A cache call that did not answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unavailable {
-    /// The call was made and failed or timed out.
-    Failed,
-    /// No call was made: the backend is resting after a failure.
-    Resting,
-}
+/// A cache call that did not answer: the Redis guard's, which the local
+/// backend never returns.
+pub use shopeasy_runtime::redis_guard::Unavailable;
 
 impl From<Unavailable> for Outcome {
     fn from(u: Unavailable) -> Self {

@@ -4,32 +4,29 @@
 //! `FLUSHALL`), `<prefix><generation>:<key>` the values, with a TTL.
 //!
 //! Failure handling, in order of defence:
-//! 1. every call has its own timeout (`cache.redis_timeout_seconds`);
-//! 2. after a failed call Redis rests for `cache.redis_retry_seconds`: calls
-//!    during the rest are not made at all, so a hung Redis costs one timeout,
-//!    and the first call after the rest is the probe;
-//! 3. the [`ConnectionManager`] reconnects in the background after a broken
-//!    connection, with jittered exponential backoff, never in a tight loop;
-//! 4. an invalidation (`INCR gen`) that fails is remembered, and nothing is
-//!    read from Redis until a later `INCR` succeeds, so entries from before a
-//!    write are never served once Redis is back. (Two writes whose bumps
-//!    race, one failing and one succeeding, can clear that flag early; the
-//!    entries' TTL still bounds how long a copy can outlive its write.)
+//! 1. every call goes through the runtime's [`RedisGuard`]: its own timeout
+//!    (`cache.redis_timeout_seconds`), and after a failed call Redis rests
+//!    for `cache.redis_retry_seconds` (calls during the rest are not made at
+//!    all, so a hung Redis costs one timeout, and the first call after the
+//!    rest is the probe); the connection reconnects in the background with
+//!    jittered exponential backoff, never in a tight loop;
+//! 2. an invalidation (`INCR gen`) is attempted even while resting, and one
+//!    that fails is remembered: nothing is read from Redis until a later
+//!    `INCR` succeeds, so entries from before a write are never served once
+//!    Redis is back. (Two writes whose bumps race, one failing and one
+//!    succeeding, can clear that flag early; the entries' TTL still bounds
+//!    how long a copy can outlive its write.)
 
 use std::{
     sync::{
-        Arc, Mutex, PoisonError,
+        Arc,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
 };
 
 use bytes::Bytes;
-use redis::{
-    Client,
-    aio::{ConnectionManager, ConnectionManagerConfig},
-};
-use tokio::time::Instant;
+use shopeasy_runtime::redis_guard::RedisGuard;
 
 use super::Unavailable;
 use crate::settings::CacheSettings;
@@ -45,12 +42,9 @@ pub struct RedisCache {
 }
 
 struct Inner {
-    conn: ConnectionManager,
+    redis: RedisGuard,
     prefix: String,
     ttl: Duration,
-    timeout: Duration,
-    rest: Duration,
-    resting_until: Mutex<Option<Instant>>,
     invalidation_pending: AtomicBool,
 }
 
@@ -68,23 +62,11 @@ impl RedisCache {
     /// # Errors
     /// When `url` is not a Redis URL.
     pub fn new(url: &str, settings: &CacheSettings) -> anyhow::Result<Self> {
-        let client = Client::open(url)?;
-        let timeout = settings.redis_timeout_seconds.get();
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout.max(Duration::from_millis(500))))
-            .set_response_timeout(Some(timeout))
-            .set_min_delay(Duration::from_millis(100))
-            .set_max_delay(Duration::from_secs(5))
-            .set_number_of_retries(6);
-        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
         Ok(Self {
             inner: Arc::new(Inner {
-                conn,
+                redis: RedisGuard::new("product cache", url, &settings.redis)?,
                 prefix: settings.key_prefix.clone(),
                 ttl: settings.ttl_seconds.get(),
-                timeout,
-                rest: settings.redis_retry_seconds.get(),
-                resting_until: Mutex::new(None),
                 invalidation_pending: AtomicBool::new(false),
             }),
         })
@@ -96,7 +78,7 @@ impl RedisCache {
         let inner = &self.inner;
         if inner.invalidation_pending.load(Ordering::Acquire) {
             // Retry the missed bump first (at most once per rest period).
-            if inner.resting() {
+            if inner.redis.is_resting() {
                 return Err(Unavailable::Resting);
             }
             self.invalidate().await;
@@ -104,53 +86,37 @@ impl RedisCache {
                 return Err(Unavailable::Failed);
             }
         }
-        let gen_key = inner.gen_key();
-        let (prefix, suffix) = (inner.prefix.clone(), format!(":{key}"));
-        let (generation, value) = inner
-            .call(|mut c| async move {
-                redis::cmd("EVAL")
-                    .arg(LOOKUP)
-                    .arg(1)
-                    .arg(gen_key)
-                    .arg(prefix)
-                    .arg(suffix)
-                    .query_async::<(u64, Option<Vec<u8>>)>(&mut c)
-                    .await
-            })
-            .await?;
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(LOOKUP)
+            .arg(1)
+            .arg(inner.gen_key())
+            .arg(&inner.prefix)
+            .arg(format!(":{key}"));
+        let (generation, value) = inner.redis.query::<(u64, Option<Vec<u8>>)>(&eval).await?;
         Ok((generation, value.map(Bytes::from)))
     }
 
     pub(super) fn put(&self, generation: u64, key: &str, value: Bytes) {
         let inner = Arc::clone(&self.inner);
-        let key = inner.value_key(generation, key);
         let ttl_ms = u64::try_from(inner.ttl.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
+        let mut set = redis::cmd("SET");
+        set.arg(inner.value_key(generation, key))
+            .arg(value.as_ref())
+            .arg("PX")
+            .arg(ttl_ms);
         tokio::spawn(async move {
-            let _ = inner
-                .call(|mut c| async move {
-                    redis::cmd("SET")
-                        .arg(key)
-                        .arg(value.as_ref())
-                        .arg("PX")
-                        .arg(ttl_ms)
-                        .exec_async(&mut c)
-                        .await
-                })
-                .await;
+            let _ = inner.redis.query::<()>(&set).await;
         });
     }
 
     pub(super) async fn invalidate(&self) {
         let inner = &self.inner;
-        let key = inner.gen_key();
+        let mut incr = redis::cmd("INCR");
+        incr.arg(inner.gen_key());
         // Not subject to the rest: an invalidation is always attempted.
-        let done = inner
-            .call_now(|mut c| async move {
-                redis::cmd("INCR").arg(key).query_async::<i64>(&mut c).await
-            })
-            .await;
+        let done = inner.redis.query_now::<i64>(&incr).await;
         inner
             .invalidation_pending
             .store(done.is_err(), Ordering::Release);
@@ -167,60 +133,5 @@ impl Inner {
 
     fn value_key(&self, generation: u64, key: &str) -> String {
         format!("{}{generation}:{key}", self.prefix)
-    }
-
-    fn resting(&self) -> bool {
-        let mut until = self
-            .resting_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match *until {
-            Some(t) if Instant::now() < t => true,
-            Some(_) => {
-                *until = None;
-                false
-            }
-            None => false,
-        }
-    }
-
-    fn rest(&self) {
-        *self
-            .resting_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + self.rest);
-    }
-
-    /// One Redis call, unless resting; bounded by the timeout.
-    async fn call<T, F, Fut>(&self, f: F) -> Result<T, Unavailable>
-    where
-        F: FnOnce(ConnectionManager) -> Fut,
-        Fut: Future<Output = redis::RedisResult<T>>,
-    {
-        if self.resting() {
-            return Err(Unavailable::Resting);
-        }
-        self.call_now(f).await
-    }
-
-    /// One Redis call, bounded by the timeout; a failure starts a rest.
-    async fn call_now<T, F, Fut>(&self, f: F) -> Result<T, Unavailable>
-    where
-        F: FnOnce(ConnectionManager) -> Fut,
-        Fut: Future<Output = redis::RedisResult<T>>,
-    {
-        match tokio::time::timeout(self.timeout, f(self.conn.clone())).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "redis call failed");
-                self.rest();
-                Err(Unavailable::Failed)
-            }
-            Err(_) => {
-                tracing::debug!(timeout = ?self.timeout, "redis call timed out");
-                self.rest();
-                Err(Unavailable::Failed)
-            }
-        }
     }
 }

@@ -1,14 +1,15 @@
-//! The admin guard: `Authorization: Bearer <admin_token>`, compared in
-//! constant time. Every failure (no header, another scheme, a wrong token,
-//! no token configured) is the same 401, so a caller learns nothing about
-//! which part was wrong.
+//! The admin guard: `Authorization: Bearer <admin_token>`, checked by the
+//! runtime's one bearer-token check (`shopeasy_runtime::auth`, constant
+//! time; inventory's `SetStock` uses the same). Every failure (no header,
+//! another scheme, a wrong token, no token configured) is the same 401, so a
+//! caller learns nothing about which part was wrong.
 
 use axum::{
     extract::FromRequestParts,
     http::{HeaderValue, header, request::Parts},
     response::{IntoResponse, Response},
 };
-use shopeasy_runtime::problem::Problem;
+use shopeasy_runtime::{auth, problem::Problem};
 
 use super::AppState;
 
@@ -21,17 +22,14 @@ impl FromRequestParts<AppState> for AdminAuth {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
-        let token = parts
+        let authorization = parts
             .headers
             .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                let (scheme, token) = v.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-            });
-        match token {
-            Some(token) if state.admin_token.matches(token) => Ok(Self),
-            _ => Err(unauthorized()),
+            .and_then(|v| v.to_str().ok());
+        if auth::is_authorized(&state.admin_token, authorization) {
+            Ok(Self)
+        } else {
+            Err(unauthorized())
         }
     }
 }

@@ -18,10 +18,14 @@ impl IntoResponse for Error {
 /// The problem for `error`.
 pub(crate) fn problem(error: &Error) -> Problem {
     match error {
-        Error::NotFound => Problem::not_found().detail("no product has this id"),
-        Error::DuplicateSku => Problem::new(StatusCode::CONFLICT, "duplicate-sku", "Duplicate SKU")
-            .detail("another product already has this SKU")
-            .errors([FieldError::new("sku", "is already used by another product")]),
+        Error::NotFound => Problem::not_found("no product has this id"),
+        Error::DuplicateSku => Problem::new(
+            StatusCode::CONFLICT,
+            "duplicate-sku",
+            "Duplicate SKU",
+            "another product already has this SKU",
+        )
+        .errors([FieldError::new("sku", "is already used by another product")]),
         Error::Invalid(invalid) => Problem::validation(
             invalid
                 .0
@@ -67,6 +71,7 @@ mod tests {
         for (error, status) in cases {
             let p = problem(&error);
             assert_eq!(p.status, status);
+            assert!(!p.detail.trim().is_empty(), "{error:?} has a detail");
             let text = serde_json::to_string(&p).unwrap();
             assert!(!text.contains("secret") && !text.contains("pool"), "{text}");
         }

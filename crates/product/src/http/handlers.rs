@@ -10,7 +10,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use shopeasy_product_api::{NewProduct, Product, ProductPage, ProductUpdate, paths};
 use shopeasy_runtime::problem::{Json, Query};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::{IntoParams, IntoResponses, ToSchema};
 use uuid::Uuid;
 
 use super::{AppState, auth::AdminAuth};
@@ -43,10 +43,35 @@ pub(crate) struct ProblemDetails {
     title: String,
     /// The HTTP status.
     status: u16,
-    /// What happened this time.
-    detail: Option<String>,
+    /// What happened this time (always present).
+    detail: String,
     /// For validation problems: each invalid field.
     errors: Option<Vec<FieldErrorDoc>>,
+}
+
+/// The problems both admin writes (create, replace) can answer, listed once
+/// for their OpenAPI operations (documentation only).
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub(crate) enum WriteProblems {
+    /// Malformed JSON.
+    #[response(status = 400, content_type = "application/problem+json")]
+    BadRequest(ProblemDetails),
+    /// Missing or wrong bearer token.
+    #[response(status = 401, content_type = "application/problem+json")]
+    Unauthorized(ProblemDetails),
+    /// Another product has this SKU.
+    #[response(status = 409, content_type = "application/problem+json")]
+    DuplicateSku(ProblemDetails),
+    /// Body over 64 KiB.
+    #[response(status = 413, content_type = "application/problem+json")]
+    TooLarge(ProblemDetails),
+    /// Not application/json.
+    #[response(status = 415, content_type = "application/problem+json")]
+    UnsupportedMediaType(ProblemDetails),
+    /// Invalid fields, each named.
+    #[response(status = 422, content_type = "application/problem+json")]
+    Invalid(ProblemDetails),
 }
 
 /// One invalid field (documentation only).
@@ -137,12 +162,7 @@ pub(crate) async fn get_product(
     security(("bearer" = [])),
     responses(
         (status = 201, description = "Created; `Location` names it", body = Product),
-        (status = 400, description = "Malformed JSON", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or wrong bearer token", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "Another product has this SKU", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 413, description = "Body over 64 KiB", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 415, description = "Not application/json", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid fields, each named", body = ProblemDetails, content_type = "application/problem+json"),
+        WriteProblems,
     )
 )]
 pub(crate) async fn create_product(
@@ -169,13 +189,8 @@ pub(crate) async fn create_product(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The updated product", body = Product),
-        (status = 400, description = "Malformed JSON", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or wrong bearer token", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "No product has this id", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "Another product has this SKU", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 413, description = "Body over 64 KiB", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 415, description = "Not application/json", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid fields, each named", body = ProblemDetails, content_type = "application/problem+json"),
+        WriteProblems,
     )
 )]
 pub(crate) async fn update_product(

@@ -15,13 +15,7 @@ mod handlers;
 
 use std::sync::Arc;
 
-use axum::{
-    Router,
-    extract::DefaultBodyLimit,
-    http::header,
-    response::{IntoResponse, Response},
-    routing::get,
-};
+use axum::{Router, extract::DefaultBodyLimit, http::header, routing::get};
 use shopeasy_product_api::paths;
 use shopeasy_runtime::{problem::Problem, settings::Secret, telemetry};
 use utoipa::{
@@ -86,18 +80,14 @@ pub fn router(state: AppState) -> Router {
                 }
             }),
         )
-        .fallback(|| async { Problem::not_found() })
-        .method_not_allowed_fallback(|| async { method_not_allowed() })
+        .fallback(|| async { Problem::no_route() })
+        .method_not_allowed_fallback(|| async { Problem::method_not_allowed() })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(
             crate::NAME,
             telemetry::observe_http,
         ))
         .with_state(state)
-}
-
-fn method_not_allowed() -> Response {
-    Problem::method_not_allowed().into_response()
 }
 
 /// The OpenAPI document, as served.

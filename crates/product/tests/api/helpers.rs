@@ -5,11 +5,10 @@ use std::{net::SocketAddr, time::Duration};
 use serde_json::{Value, json};
 use shopeasy_product::{App, ProductSettings, catalogue::Catalogue};
 use shopeasy_runtime::{
-    lifecycle::Service,
+    lifecycle::{Bound, Running},
     settings::{Seconds, Secret, SecretUrl},
 };
 use shopeasy_testkit::TestDatabase;
-use tokio_util::sync::CancellationToken;
 
 pub(crate) const TOKEN: &str = "test-admin-token";
 
@@ -20,52 +19,45 @@ pub(crate) struct TestApp {
     pub(crate) client: reqwest::Client,
     pub(crate) redis_timeout: Duration,
     pub(crate) catalogue: Catalogue,
-    stop: CancellationToken,
+    // Stops the service when the test app is dropped.
+    _server: Running,
     _db: TestDatabase,
-}
-
-impl Drop for TestApp {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
 }
 
 /// Settings for a test: both listeners on port 0, a short Redis timeout.
 pub(crate) fn settings(db: &TestDatabase, redis_url: Option<String>) -> ProductSettings {
     let mut s = ProductSettings {
-        listen_addr: ([127, 0, 0, 1], 0).into(),
-        admin_addr: ([127, 0, 0, 1], 0).into(),
-        database_url: SecretUrl::new(db.url()),
-        redis_url: SecretUrl::new(redis_url.unwrap_or_default()),
         admin_token: Secret::new(TOKEN),
         ..ProductSettings::default()
     };
+    s.process.ephemeral();
+    s.storage.database_url = SecretUrl::new(db.url());
+    s.redis.redis_url = SecretUrl::new(redis_url.unwrap_or_default());
     s.cache.key_prefix = shopeasy_testkit::key_prefix();
-    s.cache.redis_timeout_seconds = Seconds::new(0.05);
-    s.cache.redis_retry_seconds = Seconds::new(0.2);
-    s.database.startup_timeout_seconds = Seconds::new(10.0);
+    s.cache.redis.timeout_seconds = Seconds::new(0.05);
+    s.cache.redis.rest_seconds = Seconds::new(0.2);
+    s.storage.database.startup_timeout_seconds = Seconds::new(10.0);
     s
 }
 
 /// Starts the service with `settings` on `db`.
 pub(crate) async fn spawn_with(db: TestDatabase, settings: ProductSettings) -> TestApp {
-    let redis_timeout = settings.cache.redis_timeout_seconds.get();
-    let app = App::build(settings).await.expect("the service starts");
-    let addr = app.local_addr().unwrap();
-    let admin_addr = app.admin_addr().unwrap();
-    let catalogue = app.catalogue().clone();
-    let stop = CancellationToken::new();
-    tokio::spawn(app.run_until_stopped(stop.clone()));
+    let redis_timeout = settings.cache.redis.timeout_seconds.get();
+    let bound = Bound::<App>::build(settings)
+        .await
+        .expect("the service starts");
+    let catalogue = bound.service().catalogue().clone();
+    let server = bound.start();
     TestApp {
-        addr,
-        admin_addr,
+        addr: server.local_addr(),
+        admin_addr: server.admin_addr(),
         client: reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .build()
             .unwrap(),
         redis_timeout,
         catalogue,
-        stop,
+        _server: server,
         _db: db,
     }
 }
@@ -171,7 +163,13 @@ pub(crate) async fn problem(res: reqwest::Response, status: u16) -> Value {
             .unwrap()
             .starts_with("urn:shopeasy:problem:")
     );
-    assert!(body["title"].is_string());
+    // SPEC §3: every problem is complete, `detail` included.
+    for member in ["title", "detail"] {
+        assert!(
+            body[member].as_str().is_some_and(|v| !v.trim().is_empty()),
+            "{member} in {body}"
+        );
+    }
     body
 }
 

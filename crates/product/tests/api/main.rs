@@ -10,6 +10,7 @@ mod cache;
 mod fuzz;
 mod helpers;
 mod pagination;
+mod problems;
 mod redis_faults;
 mod routes;
 mod store;

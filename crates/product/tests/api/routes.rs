@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{TOKEN, body, fields, problem, spawn};
+use crate::helpers::{TOKEN, TestApp, body, fields, problem, spawn};
 
 #[tokio::test]
 async fn create_get_update_delete() {
@@ -51,23 +51,15 @@ async fn create_get_update_delete() {
         updated
     );
 
-    let res = app
-        .client
-        .delete(app.url(&location))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 204);
+    let delete = || {
+        app.client
+            .delete(app.url(&location))
+            .bearer_auth(TOKEN)
+            .send()
+    };
+    assert_eq!(delete().await.unwrap().status(), 204);
     problem(app.get(&location).await, 404).await;
-    let res = app
-        .client
-        .delete(app.url(&location))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    problem(res, 404).await;
+    problem(delete().await.unwrap(), 404).await;
 }
 
 #[tokio::test]
@@ -109,14 +101,21 @@ async fn list_pages_and_rejects_bad_queries() {
     assert_eq!(fields(&p), ["limit", "cursor"]);
 }
 
+/// A product service on a fresh Postgres database holding one product
+/// `sku`, and that product's path; `None` (skipped) without Postgres.
+async fn with_product(sku: &str) -> Option<(TestApp, String)> {
+    let app = spawn(shopeasy_testkit::postgres().await?).await;
+    let product = app.create(sku).await;
+    let path = format!("/api/products/{}", product["id"].as_str().unwrap());
+    Some((app, path))
+}
+
 #[tokio::test]
 async fn admin_routes_need_the_token_and_never_say_why() {
-    let Some(db) = shopeasy_testkit::postgres().await else {
+    let Some((app, path)) = with_product("AUTH-1").await else {
         return;
     };
-    let app = spawn(db).await;
-    let product = app.create("AUTH-1").await;
-    let path = format!("/api/products/{}", product["id"].as_str().unwrap());
+    let product: Value = app.get(&path).await.json().await.unwrap();
 
     let mut bodies = Vec::new();
     for auth in [
@@ -314,12 +313,9 @@ async fn openapi_document_describes_every_operation() {
 
 #[tokio::test]
 async fn admin_listener_reports_health_metrics_and_cache() {
-    let Some(db) = shopeasy_testkit::postgres().await else {
+    let Some((app, path)) = with_product("MET-1").await else {
         return;
     };
-    let app = spawn(db).await;
-    let product = app.create("MET-1").await;
-    let path = format!("/api/products/{}", product["id"].as_str().unwrap());
     app.get(&path).await;
     app.get(&path).await;
     let admin = |p: &str| {
@@ -329,17 +325,29 @@ async fn admin_listener_reports_health_metrics_and_cache() {
     };
     assert_eq!(admin("/health/ready").await.unwrap().status(), 200);
     assert_eq!(admin("/health/live").await.unwrap().status(), 200);
-    let metrics = admin("/metrics").await.unwrap().text().await.unwrap();
+    let text = admin("/metrics").await.unwrap().text().await.unwrap();
+    let metrics = shopeasy_testkit::Metrics::parse(&text);
+    let series = [
+        ("service", "shopeasy-product"),
+        ("route", "/api/products/{id}"),
+        ("method", "GET"),
+        ("status", "200"),
+    ];
     assert!(
-        metrics.contains("shopeasy_http_server_requests_total{service=\"shopeasy-product\",route=\"/api/products/{id}\",method=\"GET\",status=\"200\"}"),
-        "{metrics}"
+        metrics
+            .get("shopeasy_http_server_requests_total", &series)
+            .is_some(),
+        "{text}"
     );
-    assert!(
-        metrics.contains("shopeasy_product_cache_requests_total{kind=\"item\",result=\"miss\"}")
-    );
-    assert!(
-        metrics.contains("shopeasy_product_cache_requests_total{kind=\"item\",result=\"hit\"}")
-    );
+    for result in ["miss", "hit"] {
+        let series = [("kind", "item"), ("result", result)];
+        assert!(
+            metrics
+                .get("shopeasy_product_cache_requests_total", &series)
+                .is_some(),
+            "{result}: {text}"
+        );
+    }
     let stats = app.cache_stats().await;
     assert_eq!(
         stats["backend"],

@@ -20,6 +20,7 @@
 //! and type checks are done here because `config` reads every environment
 //! variable and stops at the first error.
 
+pub mod process;
 mod secret;
 mod validate;
 
@@ -33,6 +34,7 @@ use std::{
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value as Json;
 
+pub use process::{DatabaseSettings, ProcessSettings, RedisSettings};
 pub use secret::{MASK, Secret, SecretUrl};
 pub use validate::{Seconds, SettingError, Validator, env_name};
 
@@ -156,7 +158,7 @@ impl Loader {
                 check_value(&defaults, &key, value.as_deref(), &mut errors);
                 if let Some(value) = value {
                     file_values = file_values
-                        .set_override(key.as_str(), value)
+                        .set_override(key.as_str(), typed(&defaults, &key, &value))
                         .map_err(|e| invalid(&key, "", e.to_string()))?;
                 }
             }
@@ -176,7 +178,7 @@ impl Loader {
             }
             check_value(&defaults, &key, Some(value), &mut errors);
             builder = builder
-                .set_override(key.as_str(), value.as_str())
+                .set_override(key.as_str(), typed(&defaults, &key, value))
                 .map_err(|e| invalid(&key, value, e.to_string()))?;
         }
         if !errors.is_empty() {
@@ -316,6 +318,26 @@ fn flatten_config(
             }
         }
     }
+}
+
+/// A value given as text (environment, or a file read as text), converted to
+/// the type of its default. Settings types embed shared parts with
+/// `#[serde(flatten)]`, and serde hands a flattened field only what the
+/// source said it was: a number given as `"3"` would not be a number there.
+/// [`check_value`] has already refused text that does not convert.
+fn typed(defaults: &BTreeMap<String, Json>, key: &str, text: &str) -> config::Value {
+    let kind = match defaults.get(key) {
+        Some(Json::Bool(_)) => text.parse().map(config::ValueKind::Boolean).ok(),
+        Some(Json::Number(n)) if n.is_f64() => {
+            text.trim().parse().map(config::ValueKind::Float).ok()
+        }
+        Some(Json::Number(_)) => text.trim().parse().map(config::ValueKind::I64).ok(),
+        _ => None,
+    };
+    config::Value::new(
+        None,
+        kind.unwrap_or_else(|| config::ValueKind::String(text.to_owned())),
+    )
 }
 
 fn json_to_config(value: &Json) -> config::Value {
@@ -475,26 +497,24 @@ pub mod common {
     impl PoolSettings {
         /// Validates under `prefix` (`database`).
         pub fn validate(&self, prefix: &str, v: &mut Validator) {
-            v.number(
-                &format!("{prefix}.max_connections"),
-                self.max_connections,
-                1..=1000,
-            );
-            v.seconds(
-                &format!("{prefix}.acquire_timeout_seconds"),
-                self.acquire_timeout_seconds,
-                0.01..=60.0,
-            );
-            v.seconds(
-                &format!("{prefix}.statement_timeout_seconds"),
-                self.statement_timeout_seconds,
-                0.01..=600.0,
-            );
-            v.seconds(
-                &format!("{prefix}.startup_timeout_seconds"),
-                self.startup_timeout_seconds,
-                0.0..=3600.0,
-            );
+            v.within(prefix, |v| {
+                v.number("max_connections", self.max_connections, 1..=1000);
+                v.seconds(
+                    "acquire_timeout_seconds",
+                    self.acquire_timeout_seconds,
+                    0.01..=60.0,
+                );
+                v.seconds(
+                    "statement_timeout_seconds",
+                    self.statement_timeout_seconds,
+                    0.01..=600.0,
+                );
+                v.seconds(
+                    "startup_timeout_seconds",
+                    self.startup_timeout_seconds,
+                    0.0..=3600.0,
+                );
+            });
         }
     }
 
@@ -525,17 +545,15 @@ pub mod common {
     impl RetryBudgetSettings {
         /// Validates under `prefix` (`resilience.retry_budget`).
         pub fn validate(&self, prefix: &str, v: &mut Validator) {
-            v.ratio(&format!("{prefix}.ratio"), self.ratio, 0.0..=1.0);
-            v.number(
-                &format!("{prefix}.min_retries_per_window"),
-                self.min_retries_per_window,
-                0..=100_000,
-            );
-            v.seconds(
-                &format!("{prefix}.window_seconds"),
-                self.window_seconds,
-                1.0..=3600.0,
-            );
+            v.within(prefix, |v| {
+                v.ratio("ratio", self.ratio, 0.0..=1.0);
+                v.number(
+                    "min_retries_per_window",
+                    self.min_retries_per_window,
+                    0..=100_000,
+                );
+                v.seconds("window_seconds", self.window_seconds, 1.0..=3600.0);
+            });
         }
     }
 }

@@ -67,18 +67,21 @@ impl<'de> Deserialize<'de> for Secret {
 
 /// A connection URL (`postgres://user:password@host/db`, `sqlite:path`,
 /// `redis://…`) whose password is masked whenever it is printed.
+///
+/// It is a [`Secret`] that prints more of itself: holding, exposing and
+/// reading the value are `Secret`'s; only [`SecretUrl::masked`] differs.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct SecretUrl(String);
+pub struct SecretUrl(Secret);
 
 impl SecretUrl {
     /// Wraps a URL.
     pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
+        Self(Secret::new(value))
     }
 
     /// The URL with its password, for connecting.
     pub fn expose(&self) -> &str {
-        &self.0
+        self.0.expose()
     }
 
     /// True when no URL was given.
@@ -88,14 +91,15 @@ impl SecretUrl {
 
     /// The URL with any password replaced by [`MASK`].
     pub fn masked(&self) -> String {
-        match url::Url::parse(&self.0) {
+        let raw = self.0.expose();
+        match url::Url::parse(raw) {
             Ok(mut url) if url.password().is_some() => {
                 // Cannot fail: a URL with a password has a host.
                 let _ = url.set_password(Some(MASK));
                 url.to_string()
             }
-            Ok(_) => self.0.clone(),
-            Err(_) if self.0.is_empty() => String::new(),
+            Ok(_) => raw.to_owned(),
+            Err(_) if raw.is_empty() => String::new(),
             // Unparseable: print nothing of it rather than risk a password.
             Err(_) => MASK.to_owned(),
         }
@@ -122,7 +126,7 @@ impl Serialize for SecretUrl {
 
 impl<'de> Deserialize<'de> for SecretUrl {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        String::deserialize(deserializer).map(Self)
+        Secret::deserialize(deserializer).map(Self)
     }
 }
 

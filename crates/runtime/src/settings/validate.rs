@@ -74,6 +74,8 @@ pub fn env_name(key: &str) -> String {
 #[derive(Debug, Default)]
 pub struct Validator {
     errors: Vec<SettingError>,
+    /// Prepended to every key recorded (see [`Validator::within`]).
+    prefix: String,
 }
 
 impl Validator {
@@ -82,10 +84,26 @@ impl Validator {
         Self::default()
     }
 
-    /// Records an error for `key`.
+    /// Runs `check` with every key it records under `prefix`
+    /// (`v.within("database", |v| v.number("max_connections", …))` records
+    /// `database.max_connections`), so a settings section names its keys
+    /// once instead of formatting the prefix into each. Nested calls join
+    /// their prefixes with dots; an empty prefix adds nothing.
+    pub fn within(&mut self, prefix: &str, check: impl FnOnce(&mut Self)) {
+        let outer = self.prefix.len();
+        if !prefix.is_empty() {
+            self.prefix.push_str(prefix);
+            self.prefix.push('.');
+        }
+        check(self);
+        self.prefix.truncate(outer);
+    }
+
+    /// Records an error for `key` (under the current [`Validator::within`]
+    /// prefix, if any).
     pub fn fail(&mut self, key: &str, value: impl fmt::Display, allowed: impl Into<String>) {
         self.errors.push(SettingError {
-            key: key.to_owned(),
+            key: format!("{}{key}", self.prefix),
             value: value.to_string(),
             allowed: allowed.into(),
         });
@@ -171,6 +189,25 @@ impl Validator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn within_names_keys_under_its_prefix_and_restores_it() {
+        let mut v = Validator::new();
+        v.within("resilience", |v| {
+            v.within("gateway", |v| v.number("get_retries", 11, 0..=10));
+            v.within("", |v| v.number("top", 2, 0..=1));
+        });
+        v.number("outside", 5, 0..=1);
+        let keys: Vec<_> = v.into_errors().into_iter().map(|e| e.key).collect();
+        assert_eq!(
+            keys,
+            [
+                "resilience.gateway.get_retries",
+                "resilience.top",
+                "outside"
+            ]
+        );
+    }
 
     #[test]
     fn reports_every_bad_key_with_value_and_range() {

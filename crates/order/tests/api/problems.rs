@@ -1,0 +1,137 @@
+//! SPEC §3 over the real router: every error path answers a complete
+//! problem (`type`, `title`, `status`, `detail`), the extractor rejections,
+//! the fallbacks and the saga's answers included. (The variants that need a
+//! staged failure — 409 not-cancellable or in-progress, 504, 500 — are
+//! covered next to the mapping, in `error`.)
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::helpers::{Shop, TestApp, order_body};
+
+/// Asserts a complete problem+json answer with `status`; returns its body.
+async fn complete(res: reqwest::Response, status: u16) -> Value {
+    let path = res.url().path().to_owned();
+    assert_eq!(res.status(), status, "{path}");
+    assert_eq!(
+        res.headers()["content-type"],
+        "application/problem+json",
+        "{status} {path}"
+    );
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["status"], status, "{body}");
+    for member in ["type", "title", "detail"] {
+        assert!(
+            body[member].as_str().is_some_and(|v| !v.trim().is_empty()),
+            "{member} of {status} {path}: {body}"
+        );
+    }
+    body
+}
+
+#[tokio::test]
+async fn every_error_path_answers_a_complete_problem() {
+    let db = shopeasy_testkit::sqlite();
+    let mut shop = Shop::new(&[3, 10]).await;
+    let app = TestApp::spawn(shop.settings(db.url())).await;
+    let (scarce, plenty) = (shop.products[0], shop.products[1]);
+    let raw = |text: Vec<u8>, content_type: &'static str| {
+        app.http
+            .post(app.url("/api/orders"))
+            .header("content-type", content_type)
+            .body(text)
+            .send()
+    };
+
+    // 400, 415, 413: the extractor's rejections.
+    let json = "application/json";
+    for (status, text, content_type) in [
+        (400, b"{not json".to_vec(), json),
+        (415, b"{}".to_vec(), "text/plain"),
+        (413, vec![b' '; 70 * 1024], json),
+    ] {
+        complete(raw(text, content_type).await.unwrap(), status).await;
+    }
+
+    // 422: invalid fields, a field of the wrong type, a bad key, a bad
+    // query, a key reused with another request.
+    let p = complete(
+        app.post_order(None, &json!({"customer_id": "", "items": []}))
+            .await,
+        422,
+    )
+    .await;
+    assert!(p["errors"].is_array(), "{p}");
+    complete(
+        raw(br#"{"customer_id":"c","items":"many"}"#.to_vec(), json)
+            .await
+            .unwrap(),
+        422,
+    )
+    .await;
+    complete(
+        app.post_order(Some("bad key"), &order_body("c", &[(plenty, 1)]))
+            .await,
+        422,
+    )
+    .await;
+    complete(
+        app.http.get(app.url("/api/orders")).send().await.unwrap(),
+        422,
+    )
+    .await;
+    let placed = app
+        .post_order(Some("k-1"), &order_body("c", &[(plenty, 1)]))
+        .await;
+    assert_eq!(placed.status(), 201);
+    complete(
+        app.post_order(Some("k-1"), &order_body("c", &[(plenty, 2)]))
+            .await,
+        422,
+    )
+    .await;
+
+    // 404: an unknown product, an unknown order, an id that is none, a
+    // path no route serves; 405: a known path, an unknown method.
+    complete(
+        app.post_order(None, &order_body("c", &[(Uuid::new_v4(), 1)]))
+            .await,
+        404,
+    )
+    .await;
+    for path in [
+        format!("/api/orders/{}", Uuid::new_v4()),
+        "/api/orders/nope".to_owned(),
+        "/elsewhere".to_owned(),
+    ] {
+        complete(app.http.get(app.url(&path)).send().await.unwrap(), 404).await;
+    }
+    complete(
+        app.http
+            .delete(app.url("/api/orders"))
+            .send()
+            .await
+            .unwrap(),
+        405,
+    )
+    .await;
+
+    // 409: not enough stock.
+    complete(
+        app.post_order(None, &order_body("c", &[(scarce, 5)])).await,
+        409,
+    )
+    .await;
+
+    // 503: Inventory gone, and nothing cached for a product nobody asked
+    // about yet.
+    if let Some(inventory) = shop.inventory_server.take() {
+        inventory.stop().await;
+    }
+    let fresh = Uuid::new_v4();
+    shop.product.add(fresh, 100);
+    let res = app.post_order(None, &order_body("c", &[(fresh, 1)])).await;
+    assert!(res.headers().contains_key("retry-after"));
+    complete(res, 503).await;
+    app.stop().await;
+}

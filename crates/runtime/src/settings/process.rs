@@ -1,0 +1,362 @@
+//! The settings every service process has, written once and embedded in
+//! each service's settings type with `#[serde(flatten)]`, so the flat
+//! environment contract (`LISTEN_ADDR`, `ADMIN_ADDR`, `DATABASE_URL`,
+//! `REDIS_URL`, `OTEL_EXPORTER_OTLP_ENDPOINT`, `LOG__LEVEL`, …) stays as SPEC
+//! §8 names it.
+//!
+//! Three pieces, because not every service has every store, and a setting a
+//! service does not use must not be offered:
+//!
+//! - [`ProcessSettings`]: both listeners, logging and trace export (all four);
+//! - [`DatabaseSettings`]: `database_url` and the `database.*` pool (product,
+//!   order, inventory; the gateway has no storage);
+//! - [`RedisSettings`]: `redis_url` (product and order; inventory has no
+//!   cache).
+//!
+//! `admin_token` is not here: the gateway has no admin routes, and what the
+//! token guards differs per service, so each service that takes one says so
+//! on its own field.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::{SecretUrl, Validator, common::LogSettings, common::PoolSettings};
+use crate::topology::Node;
+
+/// Listeners, logging and trace export: what makes any ShopEasy binary a
+/// well-behaved process. Embed with `#[serde(flatten)]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProcessSettings {
+    /// The public listener (`LISTEN_ADDR`); port 0 picks a free port.
+    pub listen_addr: SocketAddr,
+    /// The admin listener (`ADMIN_ADDR`): `/metrics`, `/health/*`,
+    /// `/admin/resilience`.
+    pub admin_addr: SocketAddr,
+    /// OTLP/gRPC endpoint for traces (`OTEL_EXPORTER_OTLP_ENDPOINT`); empty
+    /// exports nothing.
+    pub otel_exporter_otlp_endpoint: String,
+    /// Logging (`LOG__FORMAT`, `LOG__LEVEL`).
+    pub log: LogSettings,
+}
+
+impl ProcessSettings {
+    /// The defaults of `node`: its ports from the topology on every
+    /// interface, human-or-JSON logs, no trace export.
+    pub fn new(node: &Node) -> Self {
+        Self {
+            listen_addr: node.listen_addr(),
+            admin_addr: node.admin_addr(),
+            otel_exporter_otlp_endpoint: String::new(),
+            log: LogSettings::default(),
+        }
+    }
+
+    /// Both listeners on 127.0.0.1 port 0: what tests and the embedded
+    /// launcher use when they must not collide with anything.
+    pub fn ephemeral(&mut self) -> &mut Self {
+        self.listen_addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        self.admin_addr = self.listen_addr;
+        self
+    }
+
+    /// The listeners must not share a fixed port; the OTLP endpoint, when
+    /// given, must be an http(s) URL; the log format must be known.
+    pub fn validate(&self, v: &mut Validator) {
+        if self.listen_addr.port() != 0 && self.listen_addr.port() == self.admin_addr.port() {
+            v.fail(
+                "admin_addr",
+                self.admin_addr,
+                "must differ from listen_addr",
+            );
+        }
+        v.url(
+            "otel_exporter_otlp_endpoint",
+            &self.otel_exporter_otlp_endpoint,
+            &self.otel_exporter_otlp_endpoint,
+            &["http", "https"],
+            true,
+        );
+        self.log.validate("log", v);
+    }
+}
+
+/// A service's own database (SPEC §1: one per service). Embed with
+/// `#[serde(flatten)]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DatabaseSettings {
+    /// `postgres://…` or `sqlite:path` (`DATABASE_URL`).
+    pub database_url: SecretUrl,
+    /// The pool (`DATABASE__MAX_CONNECTIONS`, …).
+    pub database: PoolSettings,
+}
+
+impl DatabaseSettings {
+    /// `sqlite:.shopeasy/{service}.db`: a file next to where the binary runs,
+    /// so a first start needs no server; deployments set `DATABASE_URL`.
+    pub fn sqlite(service: &str) -> Self {
+        Self {
+            database_url: SecretUrl::new(format!("sqlite:.shopeasy/{service}.db")),
+            database: PoolSettings::default(),
+        }
+    }
+
+    /// The URL must be Postgres or SQLite; the pool's values in range.
+    pub fn validate(&self, v: &mut Validator) {
+        v.url(
+            "database_url",
+            &self.database_url.masked(),
+            self.database_url.expose(),
+            &["postgres", "postgresql", "sqlite"],
+            false,
+        );
+        self.database.validate("database", v);
+    }
+}
+
+/// A service's Redis, a second cache layer that is never required. Embed with
+/// `#[serde(flatten)]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct RedisSettings {
+    /// `redis://…` (`REDIS_URL`); empty keeps the cache in-process only.
+    pub redis_url: SecretUrl,
+}
+
+impl RedisSettings {
+    /// Empty, or a `redis`/`rediss` URL.
+    pub fn validate(&self, v: &mut Validator) {
+        v.url(
+            "redis_url",
+            &self.redis_url.masked(),
+            self.redis_url.expose(),
+            &["redis", "rediss"],
+            true,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        settings::{Loader, Seconds, Settings, SettingsError, keys},
+        topology,
+    };
+
+    /// A service's settings as every service writes them: the shared parts
+    /// flattened, its own sections beside them.
+    #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+    #[serde(default)]
+    struct Flat {
+        #[serde(flatten)]
+        process: ProcessSettings,
+        #[serde(flatten)]
+        storage: DatabaseSettings,
+        #[serde(flatten)]
+        redis: RedisSettings,
+        own: Own,
+        request_timeout_seconds: Seconds,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+    #[serde(default)]
+    struct Own {
+        enabled: bool,
+        limit: u32,
+    }
+
+    impl Default for Own {
+        fn default() -> Self {
+            Self {
+                enabled: true,
+                limit: 7,
+            }
+        }
+    }
+
+    impl Default for Flat {
+        fn default() -> Self {
+            Self {
+                process: ProcessSettings::new(&topology::PRODUCT),
+                storage: DatabaseSettings::sqlite("flat"),
+                redis: RedisSettings::default(),
+                own: Own::default(),
+                request_timeout_seconds: Seconds::new(5.0),
+            }
+        }
+    }
+
+    impl Settings for Flat {
+        fn validate(&self, v: &mut Validator) {
+            self.process.validate(v);
+            self.storage.validate(v);
+            self.redis.validate(v);
+        }
+    }
+
+    /// Only the gateway's shape: no database, no Redis.
+    #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+    #[serde(default)]
+    struct Bare {
+        #[serde(flatten)]
+        process: ProcessSettings,
+    }
+
+    impl Default for Bare {
+        fn default() -> Self {
+            Self {
+                process: ProcessSettings::new(&topology::GATEWAY),
+            }
+        }
+    }
+
+    impl Settings for Bare {
+        fn validate(&self, v: &mut Validator) {
+            self.process.validate(v);
+        }
+    }
+
+    fn error_keys<S: Settings + std::fmt::Debug>(result: Result<S, SettingsError>) -> Vec<String> {
+        match result {
+            Err(SettingsError::Invalid(e)) => e.into_iter().map(|e| e.key).collect(),
+            other => panic!("expected invalid settings, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn flattened_keys_stay_top_level_and_defaults_load() {
+        let keys = keys::<Flat>();
+        for key in [
+            "listen_addr",
+            "admin_addr",
+            "otel_exporter_otlp_endpoint",
+            "log.level",
+            "log.format",
+            "database_url",
+            "database.max_connections",
+            "redis_url",
+            "own.limit",
+        ] {
+            assert!(keys.contains(&key.to_owned()), "{key} in {keys:?}");
+        }
+        assert!(
+            !keys
+                .iter()
+                .any(|k| k.starts_with("process") || k.starts_with("storage"))
+        );
+        let s: Flat = Loader::new().load().unwrap();
+        assert_eq!(s, Flat::default());
+        assert_eq!(s.process.listen_addr.port(), topology::PRODUCT.public_port);
+    }
+
+    #[test]
+    fn environment_values_of_every_type_still_parse() {
+        let s: Flat = Loader::new()
+            .env([
+                ("LISTEN_ADDR", "127.0.0.1:1"),
+                ("ADMIN_ADDR", "127.0.0.1:2"),
+                ("DATABASE_URL", "postgres://app:pw@db/x"),
+                ("DATABASE__MAX_CONNECTIONS", "3"),
+                ("DATABASE__ACQUIRE_TIMEOUT_SECONDS", "1"),
+                ("REDIS_URL", "redis://cache:6379"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+                ("LOG__LEVEL", "debug"),
+                ("OWN__ENABLED", "false"),
+                ("OWN__LIMIT", "9"),
+                ("REQUEST_TIMEOUT_SECONDS", "2"),
+            ])
+            .load()
+            .unwrap();
+        assert_eq!(s.process.listen_addr, "127.0.0.1:1".parse().unwrap());
+        assert_eq!(s.process.admin_addr, "127.0.0.1:2".parse().unwrap());
+        assert_eq!(s.storage.database_url.expose(), "postgres://app:pw@db/x");
+        assert_eq!(s.storage.database.max_connections, 3);
+        assert_eq!(
+            s.storage.database.acquire_timeout_seconds,
+            Seconds::new(1.0)
+        );
+        assert_eq!(s.redis.redis_url.expose(), "redis://cache:6379");
+        assert_eq!(
+            s.process.otel_exporter_otlp_endpoint,
+            "http://collector:4317"
+        );
+        assert_eq!(s.process.log.level, "debug");
+        assert!(!s.own.enabled);
+        assert_eq!(s.own.limit, 9);
+        assert_eq!(s.request_timeout_seconds, Seconds::new(2.0));
+    }
+
+    #[test]
+    fn file_values_reach_flattened_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.toml");
+        std::fs::write(
+            &path,
+            "listen_addr = \"127.0.0.1:5\"\n[database]\nmax_connections = 4\n[log]\nformat = \"json\"\n",
+        )
+        .unwrap();
+        let s: Flat = Loader::new().file(&path).load().unwrap();
+        assert_eq!(s.process.listen_addr.port(), 5);
+        assert_eq!(s.storage.database.max_connections, 4);
+        assert_eq!(s.process.log.format, "json");
+    }
+
+    #[test]
+    fn unknown_keys_are_still_refused() {
+        let keys = error_keys(
+            Loader::new()
+                .env([("DATABASE__MAX_CONNECTION", "3"), ("LOG__LEVELS", "x")])
+                .load::<Flat>(),
+        );
+        assert_eq!(keys, ["database.max_connection", "log.levels"]);
+
+        // A service without storage is not offered its keys: a file naming
+        // them is refused, and the environment's `DATABASE__*` is checked
+        // only by services that have a `database` section.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.toml");
+        std::fs::write(&path, "database_url = \"sqlite:x.db\"\nredis_url = \"\"\n").unwrap();
+        let keys = error_keys(Loader::new().file(&path).load::<Bare>());
+        assert_eq!(keys, ["database_url", "redis_url"]);
+        let bare = crate::settings::keys::<Bare>();
+        assert!(
+            !bare
+                .iter()
+                .any(|k| k.starts_with("database") || k == "redis_url")
+        );
+    }
+
+    #[test]
+    fn one_validation_for_every_service() {
+        let keys = error_keys(
+            Loader::new()
+                .env([
+                    ("LISTEN_ADDR", "0.0.0.0:7000"),
+                    ("ADMIN_ADDR", "0.0.0.0:7000"),
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://collector"),
+                    ("LOG__FORMAT", "xml"),
+                    ("DATABASE_URL", "mysql://db"),
+                    ("DATABASE__MAX_CONNECTIONS", "0"),
+                    ("REDIS_URL", "http://cache"),
+                ])
+                .load::<Flat>(),
+        );
+        assert_eq!(
+            keys,
+            [
+                "admin_addr",
+                "otel_exporter_otlp_endpoint",
+                "log.format",
+                "database_url",
+                "database.max_connections",
+                "redis_url"
+            ]
+        );
+        // Port 0 twice is two free ports, not a clash.
+        let mut s = Bare::default();
+        s.process.ephemeral();
+        let mut v = Validator::new();
+        s.validate(&mut v);
+        assert!(v.into_errors().is_empty());
+    }
+}

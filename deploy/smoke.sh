@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# Smoke test of the real compose stack: build the image, start the stack,
+# wait for health, then over the gateway and the fault API walk the README's
+# tour, kill Order during a burst of keyed orders, check the logs stay
+# quiet without Jaeger, and take everything down again.
+#
+#   bash deploy/smoke.sh          # from a clone, with a container engine
+#
+# Prints one line per step and the total time. Whatever happens, the exit
+# trap runs `down -v`: no container, network or volume is left behind (the
+# last step checks). Jaeger and Grafana (profile `viewers`) are not started:
+# they have no image on machines without a registry, and nothing needs them.
+#
+# Environment: GATEWAY_PORT (8080) and FAULTS_API_PORT (8474) as compose
+# reads them; SMOKE_PROJECT (shopeasy-smoke) names the compose project, so a
+# stack of your own is not touched; SMOKE_BURST (24) orders in the burst;
+# SMOKE_BUILD=0 runs the image already built (`docker build -t shopeasy:local .`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The legacy builder: BuildKit would fetch its frontend from a registry.
+export DOCKER_BUILDKIT="${DOCKER_BUILDKIT:-0}" COMPOSE_DOCKER_CLI_BUILD="${COMPOSE_DOCKER_CLI_BUILD:-0}"
+project="${SMOKE_PROJECT:-shopeasy-smoke}"
+gw="http://127.0.0.1:${GATEWAY_PORT:-8080}"
+faults="http://127.0.0.1:${FAULTS_API_PORT:-8474}"
+burst="${SMOKE_BURST:-24}"
+if docker compose version >/dev/null 2>&1; then
+  compose=(docker compose -p "$project")
+elif command -v docker-compose >/dev/null 2>&1; then
+  compose=(docker-compose -p "$project")
+else
+  echo "smoke: neither \`docker compose\` nor \`docker-compose\` is installed" >&2
+  exit 1
+fi
+
+work=$(mktemp -d)
+started=$(date +%s)
+step_started=$started
+current="start"
+say() { echo "smoke: $*"; }
+step() { current=$1; step_started=$(date +%s); }
+ok() { say "$current: ok ($(($(date +%s) - step_started)) s)${1:+, $1}"; }
+fail() { say "$current: FAILED: $*" >&2; exit 1; }
+
+leftovers() {
+  local label="label=com.docker.compose.project=$project"
+  docker ps -aq --filter "$label"
+  docker network ls -q --filter "$label"
+  docker volume ls -q --filter "$label"
+}
+cleanup() {
+  local status=$?
+  if [ "$status" -ne 0 ]; then
+    say "logs of the stack (last lines):" >&2
+    "${compose[@]}" logs --no-color --tail 30 >&2 2>&1 || true
+  fi
+  "${compose[@]}" down -v --remove-orphans --timeout 5 >/dev/null 2>&1 || true
+  if [ -n "$(leftovers)" ]; then
+    say "left behind after down -v: $(leftovers | tr '\n' ' ')" >&2
+    status=1
+  fi
+  rm -rf "$work"
+  say "total $(($(date +%s) - started)) s: $([ "$status" -eq 0 ] && echo passed || echo FAILED)"
+  exit "$status"
+}
+trap cleanup EXIT
+
+# JSON field $2 of the document in file $1 (python3: no jq needed).
+field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval("d"+sys.argv[2]))' "$1" "$2"; }
+
+# POST an order: key, product id, file for the body; prints the status.
+order() {
+  local code
+  code=$(curl -s -o "$3" -w '%{http_code}' -X POST "$gw/api/orders" \
+    -H 'content-type: application/json' -H "idempotency-key: $1" \
+    -d "{\"customer_id\":\"${4:-smoke}\",\"items\":[{\"product_id\":\"$2\",\"quantity\":1}]}") || true
+  echo "${code:-000}"
+}
+
+# Waits up to $1 s until every container of the project with a health check
+# is healthy.
+wait_healthy() {
+  local deadline=$(($(date +%s) + $1)) ids status
+  while :; do
+    ids=$("${compose[@]}" ps -q)
+    status=$(docker inspect -f '{{.Name}} {{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}}' $ids)
+    if ! grep -qvE ' (healthy|none)$' <<<"$status"; then return 0; fi
+    if [ "$(date +%s)" -ge "$deadline" ]; then fail "not healthy within $1 s: $(grep -vE ' (healthy|none)$' <<<"$status" | tr '\n' ' ')"; fi
+    sleep 1
+  done
+}
+
+# Polls order $1 until its status is $2 (at most $3 s).
+wait_status() {
+  local deadline=$(($(date +%s) + $3))
+  until curl -sf "$gw/api/orders/$1" -o "$work/poll.json" && [ "$(field "$work/poll.json" '["status"]')" = "$2" ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "order $1 is not $2 within $3 s"
+    sleep 0.5
+  done
+}
+
+# --- 1. build ------------------------------------------------------------------
+step build
+if [ "${SMOKE_BUILD:-1}" = 1 ]; then
+  "${compose[@]}" build >"$work/build.log" 2>&1 || { tail -30 "$work/build.log" >&2; fail "image build failed"; }
+fi
+image="shopeasy:${SHOPEASY_TAG:-local}"
+size=$(($(docker image inspect -f '{{.Size}}' "$image") / 1000000))
+[ "$size" -le 120 ] || fail "the image is $size MB (at most 120 MB)"
+ok "$image $size MB"
+
+# --- 2. up and health -------------------------------------------------------------
+step "up -d"
+"${compose[@]}" up -d >"$work/up.log" 2>&1 || { tail -30 "$work/up.log" >&2; fail "compose up failed"; }
+wait_healthy 180
+ok "$("${compose[@]}" ps -q | wc -l | tr -d ' ') containers, every health check passing"
+
+# --- 3. browse: the seeded demo catalogue --------------------------------------------
+step browse
+curl -sf "$gw/api/products?limit=100" -o "$work/products.json" || fail "GET /api/products"
+count=$(field "$work/products.json" '["items"].__len__()')
+[ "$count" = 12 ] || fail "expected the 12 demo products, got $count"
+# Ids are UUIDv5 of the SKU (crates/product-api/src/demo.rs): same as embedded.
+mug=$(python3 -c 'import json,sys; print([p["id"] for p in json.load(open(sys.argv[1]))["items"] if p["sku"]=="MUG-001"][0])' "$work/products.json")
+[ "$mug" = 86fcd549-bb1b-50ff-add3-b7d9cbe6d0b4 ] || fail "MUG-001 has id $mug, not its SKU-derived id"
+pen=$(python3 -c 'import json,sys; print([p["id"] for p in json.load(open(sys.argv[1]))["items"] if p["sku"]=="PEN-005"][0])' "$work/products.json")
+ok "12 products, SKU-derived ids"
+
+# --- 4. order and replay ----------------------------------------------------------------
+step "order"
+key="smoke-$(date +%s%N)"
+status=$(order "$key" "$mug" "$work/first.json")
+[ "$status" = 201 ] || fail "expected 201, got $status: $(cat "$work/first.json")"
+[ "$(field "$work/first.json" '["status"]')" = confirmed ] || fail "not confirmed: $(cat "$work/first.json")"
+ok "201 confirmed"
+
+step replay
+status=$(order "$key" "$mug" "$work/replay.json")
+[ "$status" = 201 ] || fail "replay answered $status"
+cmp -s "$work/first.json" "$work/replay.json" || fail "the replay differs from the first answer"
+ok "201, the same bytes"
+
+# --- 5. break order-inventory, then heal ----------------------------------------------------
+step "break order-inventory"
+curl -sf -XPOST "$faults/proxies/order-inventory/toxics" -o /dev/null \
+  -d '{"name":"hang","type":"timeout","stream":"downstream","attributes":{"timeout":0}}' || fail "the fault API refused the toxic"
+status=$(order "smoke-pending-$(date +%s%N)" "$mug" "$work/pending.json")
+[ "$status" = 202 ] || fail "expected 202 pending, got $status: $(cat "$work/pending.json")"
+pending=$(field "$work/pending.json" '["id"]')
+[ "$(field "$work/pending.json" '["status"]')" = pending ] || fail "not pending"
+ok "202 pending"
+
+step heal
+curl -sf -XDELETE "$faults/proxies/order-inventory/toxics/hang" -o /dev/null || fail "the fault API did not remove the toxic"
+wait_status "$pending" confirmed 60
+ok "the pending order confirmed"
+
+# --- 6. kill Order during a burst of keyed orders ----------------------------------------------
+step "SIGKILL order during a burst"
+customer="smoke-burst-$(date +%s)"
+mkdir -p "$work/burst"
+(
+  for i in $(seq 1 "$burst"); do
+    order "$customer-$i" "$pen" "$work/burst/$i.json" "$customer" >"$work/burst/$i.status"
+    sleep 0.05
+  done
+) &
+burster=$!
+sleep 0.5
+"${compose[@]}" kill -s SIGKILL order >/dev/null 2>&1 || fail "compose kill"
+wait "$burster"
+"${compose[@]}" start order >/dev/null 2>&1 || fail "compose start order"
+wait_healthy 120
+answered=0
+for i in $(seq 1 "$burst"); do
+  case "$(cat "$work/burst/$i.status")" in 201 | 202) answered=$((answered + 1)) ;; esac
+done
+# Every key again, until it has an answer: a key answered before the kill
+# must give the same order; one cut off may now create its order, once.
+for i in $(seq 1 "$burst"); do
+  deadline=$(($(date +%s) + 60))
+  while :; do
+    status=$(order "$customer-$i" "$pen" "$work/burst/$i.again" "$customer")
+    case "$status" in 201 | 202) break ;; esac
+    [ "$(date +%s)" -lt "$deadline" ] || fail "key $customer-$i still answers $status"
+    sleep 0.5
+  done
+  again=$(field "$work/burst/$i.again" '["id"]')
+  case "$(cat "$work/burst/$i.status")" in
+    201 | 202)
+      [ "$(field "$work/burst/$i.json" '["id"]')" = "$again" ] || fail "key $i gave two orders"
+      curl -sf "$gw/api/orders/$again" -o /dev/null || fail "order $again (answered before the kill) is gone"
+      ;;
+  esac
+  echo "$again" >>"$work/burst/ids"
+done
+distinct=$(sort -u "$work/burst/ids" | wc -l | tr -d ' ')
+[ "$distinct" = "$burst" ] || fail "$burst keys gave $distinct distinct orders"
+stored=$("${compose[@]}" exec -T postgres psql -U shopeasy -d order -tAc \
+  "SELECT count(*) FROM orders WHERE customer_id = '$customer'" | tr -d '[:space:]')
+[ "$stored" = "$burst" ] || fail "$burst keys, but $stored orders stored for them"
+ok "$answered of $burst answered 201/202 before the kill; every key one order, none twice"
+
+# --- 7. quiet telemetry without Jaeger ----------------------------------------------------------
+step "telemetry without Jaeger"
+minutes=$((($(date +%s) - started) / 60 + 1))
+warned=0
+for service in gateway product order inventory; do
+  "${compose[@]}" logs --no-color "$service" >"$work/$service.log" 2>&1
+  errors=$(grep '"level":"ERROR"' "$work/$service.log" | grep -c opentelemetry || true)
+  [ "$errors" = 0 ] || fail "$service: $errors ERROR lines from the trace exporter"
+  warns=$(grep -c 'trace export is failing' "$work/$service.log" || true)
+  # Order was started twice (the kill): each process may warn once.
+  [ "$warns" -le $((minutes + 1)) ] || fail "$service warned $warns times in $minutes min"
+  warned=$((warned + warns))
+done
+[ "$warned" -ge 1 ] || fail "no service said that trace export fails (is OTEL_EXPORTER_OTLP_ENDPOINT set?)"
+ok "no ERROR; $warned WARN lines from 4 services in $minutes min"
+
+# --- 8. down -v -----------------------------------------------------------------------------------
+step "down -v"
+"${compose[@]}" down -v --remove-orphans --timeout 10 >/dev/null 2>&1 || fail "compose down"
+[ -z "$(leftovers)" ] || fail "left behind: $(leftovers | tr '\n' ' ')"
+ok "no container, network or volume left"
