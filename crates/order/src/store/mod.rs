@@ -1,6 +1,6 @@
 //! The order database, one module per aggregate: idempotency keys
-//! ([`keys`]), orders and their lines ([`orders`]), and the transactional
-//! outbox ([`outbox`]) — one portable SQL dialect on Postgres and SQLite
+//! (`keys`), orders and their lines (`orders`), and the transactional
+//! outbox (`outbox`) — one portable SQL dialect on Postgres and SQLite
 //! (see `shopeasy_runtime::db`).
 //!
 //! Every method is one short transaction. Nothing here holds a transaction
