@@ -33,7 +33,7 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use shopeasy_resilience::{
     backoff::{Backoff, Jitter},
-    budget::{BudgetConfig, RetryBudget},
+    budget::RetryBudget,
     deadline::{Deadline, HTTP_HEADER},
     registry::Registry,
 };
@@ -81,7 +81,6 @@ impl Proxy {
     pub(crate) fn new(settings: &GatewaySettings) -> anyhow::Result<Self> {
         let routes = RouteTable::new(&settings.routes)?;
         let g = &settings.resilience.gateway;
-        let b = &settings.resilience.retry_budget;
         let backoff = Backoff::new(g.retry_backoff_seconds.get(), MAX_BACKOFF, Jitter::Full);
         let mut lanes: Vec<Lane> = Vec::new();
         for route in routes.all() {
@@ -97,11 +96,7 @@ impl Proxy {
                     g.pooled_connection_lifetime_seconds.get(),
                 )?),
             };
-            let budget = RetryBudget::new(BudgetConfig {
-                ratio: b.ratio,
-                min_retries_per_window: b.min_retries_per_window,
-                window: b.window_seconds.get(),
-            });
+            let budget = RetryBudget::new(settings.resilience.budget());
             lanes.push(Lane {
                 name: route.name,
                 policy: RetryPolicy::new(g.get_retries, backoff, budget),

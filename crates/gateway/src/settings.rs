@@ -70,6 +70,20 @@ pub struct ResilienceSettings {
     pub retry_budget: RetryBudgetSettings,
 }
 
+impl ResilienceSettings {
+    /// The retry budget each route's [`RetryBudget`](shopeasy_resilience::budget::RetryBudget)
+    /// is made of (one per route, all of these settings); the launcher's
+    /// policy check reads the same value.
+    pub fn budget(&self) -> shopeasy_resilience::budget::BudgetConfig {
+        let b = &self.retry_budget;
+        shopeasy_resilience::budget::BudgetConfig {
+            ratio: b.ratio,
+            min_retries_per_window: b.min_retries_per_window,
+            window: b.window_seconds.get(),
+        }
+    }
+}
+
 /// `resilience.gateway.*` (SPEC §6).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]

@@ -19,7 +19,6 @@ use shopeasy_gateway::settings::GatewaySettings;
 use shopeasy_order::settings::{EdgeSettings, OrderSettings};
 use shopeasy_resilience::{
     backoff::{Backoff, Jitter},
-    budget::BudgetConfig,
     plan::{HopPolicy, Plan},
 };
 
@@ -74,7 +73,6 @@ fn chain(
 ) -> anyhow::Result<Plan> {
     let g = &gateway.resilience.gateway;
     let activity = g.activity_timeout_seconds.get();
-    let b = &gateway.resilience.retry_budget;
     let gateway_hop = HopPolicy::new("gateway→order", activity)
         .retries(g.get_retries)
         .backoff(Backoff::new(
@@ -82,11 +80,7 @@ fn chain(
             GATEWAY_MAX_BACKOFF,
             Jitter::Full,
         ))
-        .budget(BudgetConfig {
-            ratio: b.ratio,
-            min_retries_per_window: b.min_retries_per_window,
-            window: b.window_seconds.get(),
-        });
+        .budget(gateway.resilience.budget());
     fits_in_activity(prefix, edge, &hop, activity)?;
     Ok(Plan::new(vec![gateway_hop, hop])?)
 }
