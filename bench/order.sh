@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
-# Order service benchmarks (issue 6): placement throughput end to end on
-# Postgres (with the real Inventory service), the stock-cache stampede
-# (1,000 concurrent orders, one expired entry → GetStock calls), and POST
-# latency while Inventory's breaker is open and a stale entry answers.
+# Order service benchmarks (issues 6 and 19), printed as Markdown tables:
+#
+# - placement: keyed and unkeyed orders/s, p50/p99 at 8, 32 and 128 closed-loop
+#   clients (BENCH_CLIENTS), end to end on Postgres with the real Inventory,
+#   next to `pgbench -N -M prepared` at the same client count in the same run
+#   (capped below the server's max_connections, and said so), the ratio, the
+#   commits per order counted by pg_stat_database.xact_commit over the order
+#   and inventory databases (and the order database's share), and the rows
+#   written per order and table (pg_stat_user_tables);
+# - stampede: 1,000 concurrent orders, one expired cache entry → GetStock calls;
+# - breaker_open_stale: POST latency while Inventory's breaker is open.
 #
 #   SHOPEASY_TEST_POSTGRES=postgres://postgres@127.0.0.1:5432/postgres bench/order.sh
-#   BENCH_SECONDS=30 BENCH_CONCURRENCY=64 BENCH_REQUESTS=5000 bench/order.sh
+#   BENCH_SECONDS=30 BENCH_CLIENTS=32 bench/order.sh placement
 #
-# Prints a Markdown table. Every database it creates is dropped afterwards.
+# Needs `pgbench` on PATH. Everything runs in one process on one machine
+# (clients, order service, Inventory, the Product stub) beside Postgres: the
+# figures are for comparing with pgbench in the same run, not absolute.
+# Every database it creates is dropped afterwards.
 set -euo pipefail
 : "${SHOPEASY_TEST_POSTGRES:?set SHOPEASY_TEST_POSTGRES to a Postgres the bench may create databases on}"
+command -v pgbench >/dev/null || { echo "bench/order.sh: pgbench is not on PATH" >&2; exit 1; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-exec cargo bench -p shopeasy-order --bench order
+exec cargo bench -p shopeasy-order --bench order -- "$@"

@@ -24,6 +24,10 @@ project="${SMOKE_PROJECT:-shopeasy-smoke}"
 gw="http://127.0.0.1:${GATEWAY_PORT:-8080}"
 faults="http://127.0.0.1:${FAULTS_API_PORT:-8474}"
 burst="${SMOKE_BURST:-24}"
+# No SERVICE_TOKEN: the run proves the no-.env path, where compose's
+# `secrets` service generates Order's credential at Inventory into a volume
+# (orders are confirmed only when both read the same token).
+unset SERVICE_TOKEN
 if docker compose version >/dev/null 2>&1; then
   compose=(docker compose -p "$project")
 elif command -v docker-compose >/dev/null 2>&1; then
@@ -143,6 +147,7 @@ ok "201, the same bytes"
 # --- 5. break order-inventory, then heal ----------------------------------------------------
 step "break order-inventory"
 curl -sf -XPOST "$faults/proxies/order-inventory/toxics" -o /dev/null \
+  -H 'content-type: application/json' \
   -d '{"name":"hang","type":"timeout","stream":"downstream","attributes":{"timeout":0}}' || fail "the fault API refused the toxic"
 status=$(order "smoke-pending-$(date +%s%N)" "$mug" "$work/pending.json")
 [ "$status" = 202 ] || fail "expected 202 pending, got $status: $(cat "$work/pending.json")"
@@ -154,6 +159,19 @@ step heal
 curl -sf -XDELETE "$faults/proxies/order-inventory/toxics/hang" -o /dev/null || fail "the fault API did not remove the toxic"
 wait_status "$pending" confirmed 60
 ok "the pending order confirmed"
+
+step "fault API refuses what a web page could send"
+curl -s "$faults/proxies" -o "$work/proxies-before.json" || fail "GET /proxies"
+code=$(curl -s -o /dev/null -w '%{http_code}' -XPOST "$faults/proxies/order-inventory/toxics" \
+  -H 'host: evil.example' -H 'content-type: application/json' \
+  -d '{"name":"x","type":"timeout","attributes":{"timeout":0}}')
+[ "$code" = 403 ] || fail "a foreign Host got $code, not 403"
+code=$(curl -s -o /dev/null -w '%{http_code}' -XPOST "$faults/proxies/order-inventory/toxics" \
+  -H 'content-type: text/plain' -d '{"name":"x","type":"timeout","attributes":{"timeout":0}}')
+[ "$code" = 415 ] || fail "a text/plain body got $code, not 415"
+curl -s "$faults/proxies" -o "$work/proxies-after.json" || fail "GET /proxies"
+cmp -s "$work/proxies-before.json" "$work/proxies-after.json" || fail "a refused request changed the proxies"
+ok "403 foreign Host, 415 text/plain, nothing changed"
 
 # --- 6. kill Order during a burst of keyed orders ----------------------------------------------
 step "SIGKILL order during a burst"

@@ -29,6 +29,96 @@ pub const PROXIED_EDGES: [(&str, &str, &str); 4] = [
     ("order-product", "order", "PRODUCT__URL"),
 ];
 
+/// The compose variable that chooses the host address the gateway and the
+/// viewers are published on; its default must be loopback.
+pub const BIND_VAR: &str = "SHOPEASY_BIND";
+
+/// The host address a published port (`[ip:]host:container`, as written)
+/// binds once compose fills in defaults; `None` when it names none (every
+/// interface).
+fn published_host(port: &str) -> Option<String> {
+    // Fill `${VAR:-default}` with its default (what a plain `up` uses).
+    let mut filled = String::new();
+    let mut rest = port;
+    while let Some(at) = rest.find("${") {
+        filled.push_str(&rest[..at]);
+        let body = &rest[at + 2..];
+        let end = body.find('}').unwrap_or(body.len());
+        let default = body[..end].split_once(":-").map_or("", |(_, d)| d);
+        filled.push_str(default);
+        rest = body.get(end + 1..).unwrap_or_default();
+    }
+    filled.push_str(rest);
+    let filled = filled.split('/').next().unwrap_or_default(); // `/tcp`
+    if let Some(v6) = filled.strip_prefix('[') {
+        return v6.split_once(']').map(|(ip, _)| ip.to_owned());
+    }
+    let parts: Vec<&str> = filled.split(':').collect();
+    (parts.len() == 3).then(|| parts[0].to_owned())
+}
+
+/// Checks that `service` publishes only on loopback: each port names a
+/// host address that is loopback by default (literally, or through
+/// `${SHOPEASY_BIND:-127.0.0.1}`).
+fn check_published_on_loopback(place: &str, service: &ComposeService, out: &mut Vec<Finding>) {
+    for port in &service.ports {
+        let loopback = published_host(port)
+            .and_then(|h| h.parse::<std::net::IpAddr>().ok())
+            .is_some_and(|ip| ip.is_loopback());
+        if !loopback {
+            out.push(Finding::new(
+                place,
+                format!(
+                    "publishes {port:?} on all interfaces: write \"${{{BIND_VAR}:-127.0.0.1}}:…\" (loopback unless .env says otherwise)"
+                ),
+            ));
+        }
+    }
+}
+
+/// Checks that Grafana has no default admin password: none written, or
+/// `${VAR:-}` with an empty default (then the compose file must turn the
+/// admin off when it is empty).
+fn check_grafana(compose: &Compose, out: &mut Vec<Finding>) {
+    let Some(grafana) = compose.services.get("grafana") else {
+        return;
+    };
+    let place = "docker-compose.yml: services.grafana";
+    if let Some(value) = grafana.environment.get("GF_SECURITY_ADMIN_PASSWORD") {
+        let found = interpolation::find(value);
+        let default = match found.as_slice() {
+            [] => Some(value.clone()),
+            [only]
+                if value.trim()
+                    == format!(
+                        "${{{}:-{}}}",
+                        only.var,
+                        only.default.clone().unwrap_or_default()
+                    )
+                    || value.trim() == format!("${{{}}}", only.var) =>
+            {
+                only.default.clone()
+            }
+            _ => Some(value.clone()),
+        };
+        if default.as_deref().is_some_and(|d| !d.is_empty()) {
+            out.push(Finding::new(
+                place,
+                format!(
+                    "GF_SECURITY_ADMIN_PASSWORD = {value:?} sets a default admin password: leave it empty by default (anonymous viewers only)"
+                ),
+            ));
+        }
+    }
+    let all = serde_json::to_string(&compose.document["services"]["grafana"]).unwrap_or_default();
+    if !all.contains("GF_SECURITY_DISABLE_INITIAL_ADMIN_CREATION") {
+        out.push(Finding::new(
+            place,
+            "without an admin password Grafana must not create its admin/admin user (GF_SECURITY_DISABLE_INITIAL_ADMIN_CREATION)",
+        ));
+    }
+}
+
 /// A parsed compose file, YAML anchors and merge keys (`<<`) resolved.
 #[derive(Debug, Clone)]
 pub struct Compose {
@@ -197,6 +287,7 @@ pub fn check(compose: &Compose, specs: &[ServiceSpec]) -> Vec<Finding> {
             ));
         }
         if spec.name == "gateway" {
+            check_published_on_loopback(&place, service, &mut out);
             if !service
                 .ports
                 .iter()
@@ -235,6 +326,8 @@ pub fn check(compose: &Compose, specs: &[ServiceSpec]) -> Vec<Finding> {
                     format!("publishes {open:?}: the fault API is published on 127.0.0.1 only"),
                 ));
             }
+        } else if VIEWERS.contains(&name.as_str()) {
+            check_published_on_loopback(&place, service, &mut out);
         } else if !ours && !service.ports.is_empty() {
             out.push(Finding::new(
                 &place,
@@ -269,6 +362,7 @@ pub fn check(compose: &Compose, specs: &[ServiceSpec]) -> Vec<Finding> {
             }
         }
     }
+    check_grafana(compose, &mut out);
     // A `${VAR:-default}` anywhere (an anchor, say) for a setting's variable
     // must carry that setting's default for every service reading it.
     for i in compose.interpolations() {
@@ -306,6 +400,21 @@ fn check_environment(
     };
     for (var, value) in environment {
         let Some(default) = defaults.get(var) else {
+            if let Some(name) = var.strip_suffix(SECRET_FILE_SUFFIX) {
+                if defaults.contains_key(name) && is_credential_var(name) {
+                    // A path in the container (wiring), read by the loader.
+                    continue;
+                }
+                out.push(Finding::new(
+                    place,
+                    format!(
+                        "{var}: only a credential {} reads (a `*_TOKEN` setting) may be given as \
+                         a file (`<NAME>{SECRET_FILE_SUFFIX}`)",
+                        spec.binary
+                    ),
+                ));
+                continue;
+            }
             out.push(Finding::new(
                 place,
                 format!(
@@ -346,6 +455,18 @@ fn check_environment(
             ));
         }
     }
+}
+
+/// The suffix of a variable giving a credential's value as a file: the
+/// settings loader reads `<NAME>_FILE` where `<NAME>` is a credential.
+pub const SECRET_FILE_SUFFIX: &str = "_FILE";
+
+/// Whether the variable `var` (`INVENTORY__SERVICE_TOKEN`) names a credential
+/// key, by the loader's own rule, so compose and the code cannot disagree.
+fn is_credential_var(var: &str) -> bool {
+    shopeasy_runtime::settings::credential::is_credential_key(
+        &var.to_ascii_lowercase().replace("__", "."),
+    )
 }
 
 /// The port the service will listen on: the given address, else the default.

@@ -71,6 +71,31 @@ pub fn render(dir: &Path) -> Option<Result<Vec<Json>, Error>> {
     Some(yaml::documents(&String::from_utf8_lossy(&output.stdout)))
 }
 
+/// Checks that no Secret among `objects` carries a value (`data` or
+/// `stringData`): the base references the Secrets each cluster provides and
+/// ships none, so no overlay inherits a published credential (SPEC §11).
+pub fn check_no_secret_values(objects: &[Json], place: &str) -> Vec<Finding> {
+    objects
+        .iter()
+        .filter(|o| kind(o) == "Secret")
+        .filter_map(|secret| {
+            let keys: Vec<&String> = ["data", "stringData"]
+                .iter()
+                .filter_map(|field| secret[*field].as_object())
+                .flat_map(|m| m.keys())
+                .collect();
+            (!keys.is_empty()).then(|| {
+                Finding::new(
+                    format!("{place}: Secret {}", name(secret)),
+                    format!(
+                        "ships values ({keys:?}): the base references Secrets, each cluster provides them"
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
 /// An object's kind.
 pub fn kind(object: &Json) -> &str {
     object["kind"].as_str().unwrap_or_default()
@@ -117,10 +142,14 @@ fn container_env(
                 continue;
             };
             let Some(object) = find(objects, kind_, reference) else {
-                out.push(Finding::new(
-                    place,
-                    format!("envFrom {kind_} {reference} not found"),
-                ));
+                // A Secret may be the cluster's to provide: the base
+                // references Secrets it does not ship (`check_no_secret_values`).
+                if kind_ == "ConfigMap" {
+                    out.push(Finding::new(
+                        place,
+                        format!("envFrom {kind_} {reference} not found"),
+                    ));
+                }
                 continue;
             };
             let source = format!("{kind_} {reference}");

@@ -45,7 +45,14 @@ fn base_findings(replace: Option<(&str, &str, &str)>) -> Vec<Finding> {
         }
         std::fs::write(dir.path().join(&file), text).expect("write");
     }
-    let objects = kube::load_kustomization(dir.path()).expect("base loads");
+    let mut objects = kube::load_kustomization(dir.path()).expect("base loads");
+    // The base references the storage Secrets a cluster provides; check them
+    // as the demo overlay provides them.
+    let mut secrets = read("k8s/overlays/demo/secrets.example.yaml");
+    if let Some(("secrets.example.yaml", from, to)) = replace {
+        secrets = mutate(&secrets, from, to);
+    }
+    objects.extend(yaml::documents(&secrets).expect("demo secrets parse"));
     kube::check(&objects, &specs(), true)
 }
 
@@ -306,6 +313,45 @@ fn a_stray_or_misspelt_setting_in_compose_is_caught() {
         &compose_findings(&text),
         "services.gateway: DATABASE_URL is not a setting shopeasy-gateway reads",
     );
+}
+
+#[test]
+fn a_file_variable_is_accepted_for_credentials_only() {
+    // Compose as written gives both services their token as a file: clean.
+    let text = read("docker-compose.yml");
+    assert!(text.contains("      SERVICE_TOKEN_FILE: /run/shopeasy/service_token\n"));
+    assert!(text.contains("      INVENTORY__SERVICE_TOKEN_FILE: /run/shopeasy/service_token\n"));
+    let clean = compose_findings(&text);
+    assert!(
+        !clean.iter().any(|f| f.message.contains("_FILE")),
+        "{}",
+        report(&clean)
+    );
+    // A non-credential setting as a file, a credential the service does not
+    // have, and an unknown key are all refused.
+    for (service, after, var) in [
+        (
+            "inventory",
+            "      SERVICE_TOKEN_FILE: /run/shopeasy/service_token\n",
+            "DATABASE_URL_FILE",
+        ),
+        (
+            "gateway",
+            "      ROUTES__ORDER_URL: http://faults:18082\n",
+            "SERVICE_TOKEN_FILE",
+        ),
+        (
+            "order",
+            "      INVENTORY__SERVICE_TOKEN_FILE: /run/shopeasy/service_token\n",
+            "INVENTORY__SECRET_TOKEN_FILE",
+        ),
+    ] {
+        let text = mutate(&text, after, &format!("{after}      {var}: /run/x\n"));
+        assert_caught(
+            &compose_findings(&text),
+            &format!("services.{service}: {var}: only a credential"),
+        );
+    }
 }
 
 #[test]
@@ -582,7 +628,8 @@ fn demo_credentials_agree_between_postgres_and_the_service_secrets() {
         literal("POSTGRES_USER"),
         literal("POSTGRES_PASSWORD")
     );
-    let objects = kube::load_kustomization(&root().join("k8s/base")).expect("base");
+    let objects =
+        yaml::documents(&read("k8s/overlays/demo/secrets.example.yaml")).expect("demo secrets");
     let mut urls = 0;
     for secret in objects.iter().filter(|o| kube::kind(o) == "Secret") {
         if let Some(url) = secret["stringData"]["DATABASE_URL"].as_str() {
@@ -598,4 +645,163 @@ fn demo_credentials_agree_between_postgres_and_the_service_secrets() {
         urls, 3,
         "product, order and inventory each have a DATABASE_URL"
     );
+}
+
+#[test]
+fn the_kubernetes_base_ships_no_secret_value() {
+    let base = root().join("k8s/base");
+    let objects = kube::load_kustomization(&base).expect("base");
+    assert_clean(
+        "k8s/base",
+        &kube::check_no_secret_values(&objects, "k8s/base"),
+    );
+    match kube::render(&base) {
+        Some(rendered) => {
+            let rendered = rendered.expect("kubectl kustomize k8s/base");
+            assert_clean(
+                "kubectl kustomize k8s/base",
+                &kube::check_no_secret_values(&rendered, "kubectl kustomize k8s/base"),
+            );
+        }
+        None => shopeasy_testkit::skip("kubectl", "it is not installed"),
+    }
+    // A base that ships an example Secret again is caught.
+    let mut with_secret = objects.clone();
+    with_secret.extend(
+        yaml::documents(&read("k8s/overlays/demo/secrets.example.yaml")).expect("demo secrets"),
+    );
+    assert_caught(
+        &kube::check_no_secret_values(&with_secret, "k8s/base"),
+        "k8s/base: Secret order-storage: ships values ([\"DATABASE_URL\", \"REDIS_URL\"])",
+    );
+}
+
+#[test]
+fn compose_publishes_on_loopback_only_and_grafana_has_no_default_password() {
+    assert_clean(
+        "docker-compose.yml",
+        &compose_findings(&read("docker-compose.yml")),
+    );
+    let compose = read("docker-compose.yml");
+    for (from, to, needle) in [
+        (
+            "\"${SHOPEASY_BIND:-127.0.0.1}:${GATEWAY_PORT:-8080}:8080\"",
+            "\"${GATEWAY_PORT:-8080}:8080\"",
+            "services.gateway: publishes \"${GATEWAY_PORT:-8080}:8080\" on all interfaces",
+        ),
+        (
+            "\"${SHOPEASY_BIND:-127.0.0.1}:${PROMETHEUS_PORT:-9090}:9090\"",
+            "\"${SHOPEASY_BIND:-0.0.0.0}:${PROMETHEUS_PORT:-9090}:9090\"",
+            "services.prometheus: publishes \"${SHOPEASY_BIND:-0.0.0.0}:${PROMETHEUS_PORT:-9090}:9090\" on all interfaces",
+        ),
+        (
+            "GF_SECURITY_ADMIN_PASSWORD: ${GRAFANA_ADMIN_PASSWORD:-}",
+            "GF_SECURITY_ADMIN_PASSWORD: ${GRAFANA_ADMIN_PASSWORD:-admin}",
+            "services.grafana: GF_SECURITY_ADMIN_PASSWORD = \"${GRAFANA_ADMIN_PASSWORD:-admin}\" sets a default admin password",
+        ),
+        (
+            "export GF_SECURITY_DISABLE_INITIAL_ADMIN_CREATION=true ",
+            "export ",
+            "services.grafana: without an admin password Grafana must not create its admin/admin user",
+        ),
+    ] {
+        assert_caught(&compose_findings(&mutate(&compose, from, to)), needle);
+    }
+}
+
+/// Small compose files, each with one open door.
+#[test]
+fn small_compose_files_with_an_open_door_are_caught() {
+    let grafana = "services:\n  grafana:\n    image: grafana/grafana:11.4.0\n    environment:\n      GF_SECURITY_ADMIN_PASSWORD: admin\n    ports: [\"127.0.0.1:3000:3000\"]\n";
+    let findings = compose_findings(grafana);
+    assert_caught(
+        &findings,
+        "GF_SECURITY_ADMIN_PASSWORD = \"admin\" sets a default admin password",
+    );
+    assert_caught(&findings, "GF_SECURITY_DISABLE_INITIAL_ADMIN_CREATION");
+    for open in ["3000:3000", "0.0.0.0:3000:3000", "[::]:3000:3000", "3000"] {
+        let text = format!(
+            "services:\n  jaeger:\n    image: jaegertracing/all-in-one\n    ports: [\"{open}\"]\n"
+        );
+        assert_caught(
+            &compose_findings(&text),
+            &format!("services.jaeger: publishes \"{open}\" on all interfaces"),
+        );
+    }
+    let loopback = "services:\n  jaeger:\n    image: jaegertracing/all-in-one\n    ports: [\"[::1]:16686:16686\", \"127.0.0.1:4317:4317/tcp\"]\n";
+    assert!(
+        !compose_findings(loopback)
+            .iter()
+            .any(|f| f.to_string().contains("services.jaeger")),
+        "loopback publishing is fine"
+    );
+}
+
+/// Every token value this project publishes (`.env.example`, the
+/// Kubernetes overlays, the documents) is empty or on the list of
+/// published examples that services refuse to start with.
+#[test]
+fn every_published_token_is_one_the_services_refuse() {
+    use shopeasy_runtime::settings::credential::PUBLISHED_EXAMPLES;
+    let mut files = vec![
+        ".env.example".to_owned(),
+        "README.md".to_owned(),
+        "deploy/README.md".to_owned(),
+        "docker-compose.yml".to_owned(),
+    ];
+    for dir in ["crates", "k8s/overlays/demo", "k8s/base"] {
+        for entry in walk(&root().join(dir)) {
+            let name = entry.to_string_lossy().into_owned();
+            if name.ends_with("README.md") || name.ends_with(".yaml") || name.ends_with(".env") {
+                files.push(
+                    entry
+                        .strip_prefix(root())
+                        .expect("under the root")
+                        .to_string_lossy()
+                        .into_owned(),
+                );
+            }
+        }
+    }
+    let mut found = 0;
+    for file in &files {
+        let text = read(file);
+        for var in ["ADMIN_TOKEN", "SERVICE_TOKEN"] {
+            for sep in ["=", ": "] {
+                for (at, _) in text.match_indices(&format!("{var}{sep}")) {
+                    let value: String = text[at + var.len() + sep.len()..]
+                        .chars()
+                        .take_while(|c| !c.is_whitespace() && !matches!(c, '`' | '"' | '\''))
+                        .collect();
+                    let token_like = value
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_.~+/=".contains(c));
+                    if value.is_empty() || !token_like {
+                        continue; // empty, or filled in (`$(openssl …)`, `%s`)
+                    }
+                    found += 1;
+                    assert!(
+                        PUBLISHED_EXAMPLES.contains(&value.as_str()),
+                        "{file}: {var}{sep}{value} is published: add it to \
+                         shopeasy_runtime::settings::credential::PUBLISHED_EXAMPLES"
+                    );
+                }
+            }
+        }
+    }
+    // The inventory README's example is one; the check reads something.
+    assert!(found > 0, "no published token found in {files:?}");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
 }

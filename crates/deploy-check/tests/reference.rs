@@ -15,7 +15,12 @@ fn generated() -> String {
          values it accepts (an invalid value stops the service at start-up, naming the key).\n\
          Key `a.b.c` is variable `A__B__C`; top-level keys are plain. What each key does is\n\
          documented on its field in the service's `settings.rs`, and `--print-defaults` prints\n\
-         them all as a file you can edit and pass back with `--config`.\n\n",
+         them all as a file you can edit and pass back with `--config`.\n\n\
+         A credential (a `*_token` key) can instead come from a file, as Docker and Kubernetes\n\
+         mount secrets: `<VARIABLE>_FILE=/path` (for example `SERVICE_TOKEN_FILE`) reads the\n\
+         file, trailing whitespace trimmed, and the credential rules apply to its content. A\n\
+         non-empty `<VARIABLE>` wins over its `_FILE`; an unreadable file stops the service,\n\
+         naming the variable and the path. Only credentials are read from files.\n\n",
     );
     for section in [
         markdown(

@@ -290,6 +290,11 @@ impl Cluster {
         o.product.cache.key_prefix = shopeasy_testkit::key_prefix();
         o.order.storage.database_url = via(order_db.url(), store("order-postgres")?)?;
         o.order.admin_token = Secret::new(ADMIN_TOKEN);
+        // Order's credential at Inventory (ReserveStock/ReleaseStock): random
+        // per run, as the embedded launcher's.
+        let service_token = Secret::new(uuid::Uuid::new_v4().simple().to_string());
+        o.inventory.service_token = service_token.clone();
+        o.order.inventory.service_token = service_token;
         o.order.resilience.stock_cache.key_prefix = shopeasy_testkit::key_prefix();
         let redis_via = |name: &str| -> anyhow::Result<SecretUrl> {
             Ok(match redis {

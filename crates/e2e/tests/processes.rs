@@ -62,7 +62,12 @@ const BINARIES: [&str; 4] = [
 ];
 
 /// The admin token every child accepts.
-const ADMIN_TOKEN: &str = "e2e-process-token";
+// A binary started from its environment refuses a credential shorter than
+// 32 characters (shopeasy_runtime::settings::credential).
+const ADMIN_TOKEN: &str = "e2e-process-admin-token-0123456789abcdef";
+/// Order's credential at Inventory: inventory's SERVICE_TOKEN, order's
+/// INVENTORY__SERVICE_TOKEN (each other binary ignores both).
+const SERVICE_TOKEN: &str = "e2e-process-service-token-0123456789abcdef";
 
 /// Activity timeout of the fast settings, and the slack a loaded two-core
 /// machine needs on top of FAULTS.md's 200 ms (as in `f3_hang.rs`).
@@ -395,7 +400,11 @@ impl System {
         let proc = |name: &'static str, settings: String, admin, db: Option<&TestDatabase>| {
             let config = dir.join(format!("{name}.toml"));
             std::fs::write(&config, settings).expect("settings file");
-            let mut env = vec![("ADMIN_TOKEN", ADMIN_TOKEN.to_owned())];
+            let mut env = vec![
+                ("ADMIN_TOKEN", ADMIN_TOKEN.to_owned()),
+                ("SERVICE_TOKEN", SERVICE_TOKEN.to_owned()),
+                ("INVENTORY__SERVICE_TOKEN", SERVICE_TOKEN.to_owned()),
+            ];
             if let Some(db) = db {
                 // Secrets are masked in the rendered file: the real URL
                 // comes from the environment, which beats the file.

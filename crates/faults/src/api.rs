@@ -15,16 +15,19 @@
 //! | `POST /reset` | 204 |
 //! | `GET /version` | 200 `{"version": "..."}` |
 //!
-//! Bodies are read as JSON whatever their content type (Toxiproxy does the
-//! same, and `curl -d` sends a form type). Errors are problem+json that also
-//! carry Toxiproxy's `error` and `status` members.
+//! Unlike Toxiproxy, the API refuses what a web page could send it
+//! (`crate::guard`): a `Host` that is not loopback or a foreign `Origin`
+//! (403), a body that is not `Content-Type: application/json` (415; with
+//! `curl`, add `-H 'content-type: application/json'`), and a proxy listening
+//! anywhere but loopback (400). Errors are problem+json that also carry
+//! Toxiproxy's `error` and `status` members.
 
 use std::{collections::BTreeMap, io, time::Duration};
 
 use axum::{
     Json, Router,
     body::Bytes,
-    extract::{Path, State},
+    extract::{FromRef, Path, State},
     http::StatusCode,
     response::{IntoResponse, Response},
     routing::{get, post},
@@ -34,7 +37,7 @@ use shopeasy_runtime::problem::Problem;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Error, Proxies, ProxyConfig, ProxyUpdate, ProxyView, Toxic};
+use crate::{Error, Proxies, ProxyConfig, ProxyUpdate, ProxyView, Toxic, guard::Guard};
 
 /// The Toxiproxy version whose API this one follows (reported by
 /// `GET /version`, with our own version as build metadata).
@@ -43,8 +46,39 @@ pub const TOXIPROXY_API_VERSION: &str = "2.12.0";
 /// The API's usual port (Toxiproxy's default).
 pub const DEFAULT_PORT: u16 = 8474;
 
-/// The API's router over `proxies`.
+/// What every handler can reach: the proxies, and the guard that decides
+/// which listen addresses they may be given.
+#[derive(Debug, Clone)]
+struct ApiState {
+    proxies: Proxies,
+    guard: Guard,
+}
+
+impl FromRef<ApiState> for Proxies {
+    fn from_ref(state: &ApiState) -> Self {
+        state.proxies.clone()
+    }
+}
+
+impl FromRef<ApiState> for Guard {
+    fn from_ref(state: &ApiState) -> Self {
+        state.guard.clone()
+    }
+}
+
+/// The API's router over `proxies`, accepting loopback only
+/// ([`Guard::default`]).
 pub fn router(proxies: Proxies) -> Router {
+    router_with(proxies, Guard::default())
+}
+
+/// The API's router over `proxies`, with `guard`'s hosts and listen
+/// addresses accepted beyond loopback.
+pub fn router_with(proxies: Proxies, guard: Guard) -> Router {
+    let state = ApiState {
+        proxies,
+        guard: guard.clone(),
+    };
     Router::new()
         .route("/version", get(version))
         .route("/reset", post(reset))
@@ -69,10 +103,15 @@ pub fn router(proxies: Proxies) -> Router {
                 .delete(delete_toxic),
         )
         .fallback(|| async { Problem::no_route() })
-        .with_state(proxies)
+        .layer(axum::middleware::from_fn_with_state(
+            guard,
+            crate::guard::check,
+        ))
+        .with_state(state)
 }
 
-/// Serves the API on `listener` until `shutdown` is cancelled.
+/// Serves the API on `listener` until `shutdown` is cancelled, accepting
+/// loopback only.
 ///
 /// # Errors
 /// When accepting connections fails.
@@ -81,8 +120,21 @@ pub async fn serve(
     proxies: Proxies,
     shutdown: CancellationToken,
 ) -> io::Result<()> {
-    shopeasy_runtime::lifecycle::serve(listener, router(proxies), shutdown, Duration::from_secs(5))
-        .await
+    serve_with(listener, proxies, Guard::default(), shutdown).await
+}
+
+/// [`serve`] with `guard`'s extra hosts and listen addresses.
+///
+/// # Errors
+/// When accepting connections fails.
+pub async fn serve_with(
+    listener: TcpListener,
+    proxies: Proxies,
+    guard: Guard,
+    shutdown: CancellationToken,
+) -> io::Result<()> {
+    let router = router_with(proxies, guard);
+    shopeasy_runtime::lifecycle::serve(listener, router, shutdown, Duration::from_secs(5)).await
 }
 
 type ApiResult<T> = Result<T, Error>;
@@ -98,12 +150,19 @@ async fn reset(State(proxies): State<Proxies>) -> StatusCode {
     StatusCode::NO_CONTENT
 }
 
-async fn populate(State(proxies): State<Proxies>, body: Bytes) -> ApiResult<Response> {
+async fn populate(
+    State(proxies): State<Proxies>,
+    State(guard): State<Guard>,
+    body: Bytes,
+) -> ApiResult<Response> {
     #[derive(Serialize)]
     struct Populated {
         proxies: Vec<ProxyView>,
     }
     let configs: Vec<ProxyConfig> = parse(&body)?;
+    for config in &configs {
+        guard.check_listen(&config.listen)?;
+    }
     let created = proxies.populate(configs).await?;
     let proxies = created.iter().map(crate::FaultProxy::view).collect();
     Ok((StatusCode::CREATED, Json(Populated { proxies })).into_response())
@@ -118,8 +177,13 @@ async fn list_proxies(State(proxies): State<Proxies>) -> Json<BTreeMap<String, P
     )
 }
 
-async fn create_proxy(State(proxies): State<Proxies>, body: Bytes) -> ApiResult<Response> {
+async fn create_proxy(
+    State(proxies): State<Proxies>,
+    State(guard): State<Guard>,
+    body: Bytes,
+) -> ApiResult<Response> {
     let config: ProxyConfig = parse(&body)?;
+    guard.check_listen(&config.listen)?;
     let proxy = proxies.create(config).await?;
     Ok((StatusCode::CREATED, Json(proxy.view())).into_response())
 }
@@ -133,11 +197,15 @@ async fn show_proxy(
 
 async fn update_proxy(
     State(proxies): State<Proxies>,
+    State(guard): State<Guard>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<ProxyView>> {
     proxies.get(&name).await?;
     let update: ProxyUpdate = parse(&body)?;
+    if let Some(listen) = &update.listen {
+        guard.check_listen(listen)?;
+    }
     Ok(Json(proxies.update(&name, update).await?.view()))
 }
 
@@ -195,7 +263,7 @@ async fn delete_toxic(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Parses a JSON body whatever its content type.
+/// Parses a JSON body (its content type checked by `crate::guard`).
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
     serde_json::from_slice(body).map_err(|e| Error::BadBody(e.to_string()))
 }
@@ -214,6 +282,7 @@ impl IntoResponse for Error {
             | Self::InvalidToxicType(_)
             | Self::MissingField(_)
             | Self::BadBody(_) => (StatusCode::BAD_REQUEST, "bad-request"),
+            Self::ListenNotAllowed(_) => (StatusCode::BAD_REQUEST, "listen-not-allowed"),
         };
         let message = self.to_string();
         if status.is_server_error() {

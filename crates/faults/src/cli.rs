@@ -1,12 +1,16 @@
 //! The `shopeasy-faults` command line: serve the API, optionally populated
 //! from a Toxiproxy config file, until SIGINT or SIGTERM.
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
+    process::ExitCode,
+};
 
 use anyhow::Context;
 use shopeasy_runtime::{lifecycle, settings::common::LogSettings, telemetry};
 
-use crate::{Proxies, ProxyConfig, api};
+use crate::{Proxies, ProxyConfig, api, guard::Guard};
 
 /// Command-line arguments.
 #[derive(Debug, clap::Parser)]
@@ -25,6 +29,26 @@ pub struct Cli {
     /// Seed of every random choice (toxicity, jitter, slice sizes).
     #[arg(long, env = "FAULTS_SEED", default_value_t = 0)]
     pub seed: u64,
+    /// An IP address (besides loopback) that proxies created through the
+    /// API may listen on; repeat it, or comma-separate in the variable.
+    /// For a proxy in its own container (compose: `0.0.0.0`, the
+    /// container's own interfaces, reached on the compose network only).
+    #[arg(long, env = "FAULTS_ALLOW_LISTEN", value_delimiter = ',')]
+    pub allow_listen: Vec<IpAddr>,
+    /// A `Host` name (besides localhost, 127.0.0.1 and `[::1]`) the API
+    /// answers to, such as a compose service name; repeatable.
+    #[arg(long, env = "FAULTS_ALLOW_HOST", value_delimiter = ',')]
+    pub allow_host: Vec<String>,
+}
+
+impl Cli {
+    /// The API's guard from `--allow-listen` and `--allow-host`.
+    pub fn guard(&self) -> Guard {
+        Guard {
+            allow_hosts: self.allow_host.clone(),
+            allow_listen: self.allow_listen.clone(),
+        }
+    }
 }
 
 /// Runs the binary: 0 after a clean stop, 1 when it cannot start.
@@ -76,7 +100,7 @@ async fn serve(cli: &Cli) -> anyhow::Result<()> {
     }
     let listener = lifecycle::bind(cli.listen, "fault proxy API").await?;
     tracing::info!(listen = %cli.listen, seed = cli.seed, "fault proxy API listening");
-    api::serve(listener, proxies.clone(), shutdown).await?;
+    api::serve_with(listener, proxies.clone(), cli.guard(), shutdown).await?;
     proxies.shutdown().await;
     Ok(())
 }

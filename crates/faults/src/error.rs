@@ -30,6 +30,13 @@ pub enum Error {
     /// The request body is not the JSON expected, or a value is out of range.
     #[error("bad request body: {0}")]
     BadBody(String),
+    /// A proxy created or moved through the HTTP API may listen on
+    /// loopback only (or an address allowed with `--allow-listen`), so a
+    /// request cannot open a port on the machine's other interfaces.
+    #[error(
+        "listen address {0} is not allowed: use a loopback address (127.0.0.1:PORT, localhost:PORT, [::1]:PORT) or start the proxy with --allow-listen"
+    )]
+    ListenNotAllowed(String),
     /// The proxy's listen address cannot be bound (in use, or not an address
     /// of this host).
     #[error("cannot listen on {listen}: {source}")]

@@ -51,6 +51,7 @@
 pub mod api;
 pub mod cli;
 mod error;
+pub mod guard;
 mod link;
 pub mod proxy;
 pub mod registry;

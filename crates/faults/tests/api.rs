@@ -226,7 +226,8 @@ async fn populate_reset_version_and_bad_bodies() {
     assert_eq!(status, 200);
     assert!(version["version"].as_str().unwrap().starts_with("2."));
 
-    // `curl -d '...'` sends a form content type: still JSON to us.
+    // `curl -d '...'` sends a form content type: refused (a web page can
+    // send that without a preflight); JSON must say so.
     let response = api
         .http
         .post(format!("{}/proxies", api.base))
@@ -235,11 +236,13 @@ async fn populate_reset_version_and_bad_bodies() {
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status().as_u16(), 201);
+    assert_eq!(response.status().as_u16(), 415);
+    assert!(api.proxies.get("c").await.is_err(), "nothing was created");
 
     let response = api
         .http
         .post(format!("{}/proxies", api.base))
+        .header("content-type", "application/json")
         .body("{not json")
         .send()
         .await
@@ -272,4 +275,128 @@ async fn a_listen_address_in_use_is_a_clear_conflict_not_a_500() {
         body["error"].as_str().unwrap().contains("cannot listen"),
         "{body}"
     );
+}
+
+/// The names of the proxies and the toxics of each, as the API lists them.
+async fn snapshot(api: &Api) -> Value {
+    let (status, proxies) = api.get("/proxies").await;
+    assert_eq!(status, 200);
+    proxies
+}
+
+/// What a web page could send is refused before anything changes: a
+/// foreign `Host` (DNS rebinding) or `Origin` is 403, a body that is not
+/// JSON is 415, and a proxy may not listen beyond loopback (400).
+#[tokio::test]
+async fn requests_a_web_page_could_send_are_refused_and_change_nothing() {
+    let api = start_api().await;
+    let upstream = echo().await;
+    let (status, _) = api
+        .post(
+            "/proxies",
+            json!({"name": "edge", "listen": "127.0.0.1:0", "upstream": upstream.addr.to_string()}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let before = snapshot(&api).await;
+
+    let toxic = json!({"name": "hang", "type": "timeout", "attributes": {"timeout": 0}});
+    let url = format!("{}/proxies/edge/toxics", api.base);
+    let refused = [
+        (
+            "foreign Host",
+            api.http
+                .post(&url)
+                .header("host", "evil.example:8474")
+                .json(&toxic),
+            403,
+        ),
+        (
+            "no loopback Host for GET either",
+            api.http.get(format!("{}/proxies", api.base)).header("host", "evil.example"),
+            403,
+        ),
+        (
+            "foreign Origin",
+            api.http
+                .post(&url)
+                .header("origin", "http://evil.example")
+                .json(&toxic),
+            403,
+        ),
+        (
+            "null Origin",
+            api.http.post(&url).header("origin", "null").json(&toxic),
+            403,
+        ),
+        (
+            "text/plain body",
+            api.http
+                .post(&url)
+                .header("content-type", "text/plain")
+                .body(toxic.to_string()),
+            415,
+        ),
+        (
+            "body without a type",
+            api.http.post(&url).body(toxic.to_string()),
+            415,
+        ),
+        (
+            "reset from a foreign Origin",
+            api.http
+                .post(format!("{}/reset", api.base))
+                .header("origin", "https://evil.example"),
+            403,
+        ),
+        (
+            "a proxy on every interface",
+            api.http.post(format!("{}/proxies", api.base)).json(
+                &json!({"name": "open", "listen": "0.0.0.0:0", "upstream": upstream.addr.to_string()}),
+            ),
+            400,
+        ),
+        (
+            "a proxy moved to every interface",
+            api.http
+                .post(format!("{}/proxies/edge", api.base))
+                .json(&json!({"listen": "[::]:0"})),
+            400,
+        ),
+        (
+            "populate with another host's address",
+            api.http.post(format!("{}/populate", api.base)).json(&json!([
+                {"name": "other", "listen": "10.1.2.3:0", "upstream": upstream.addr.to_string()}
+            ])),
+            400,
+        ),
+    ];
+    for (what, request, want) in refused {
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status().as_u16(), want, "{what}");
+        assert_eq!(
+            response.headers()["content-type"].to_str().unwrap(),
+            "application/problem+json",
+            "{what}"
+        );
+        let body: Value = response.json().await.unwrap();
+        assert!(
+            body["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{what}: {body}"
+        );
+        assert_eq!(snapshot(&api).await, before, "{what} changed nothing");
+    }
+
+    // The same requests from this machine, as JSON, are served.
+    let response = api
+        .http
+        .post(&url)
+        .header("origin", "http://localhost:8474")
+        .header("host", "localhost:8474")
+        .json(&toxic)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    assert_ne!(snapshot(&api).await, before);
 }

@@ -136,3 +136,50 @@ async fn creates_the_proxies_of_its_config_file_and_forwards_through_them() {
     assert_eq!(&answer, b"pong");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Starts the binary with `args` on a free port; the API's base URL.
+async fn start_with(args: &[&str]) -> (tokio::process::Child, String) {
+    let port = free_port().await;
+    let child = Command::new(BIN)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reqwest::get(format!("{base}/version")).await.is_err() {
+        assert!(Instant::now() < deadline, "the API never came up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (child, base)
+}
+
+/// By default a proxy created through the API may listen on loopback only;
+/// `--allow-listen 0.0.0.0` (compose: the container's own interfaces) lets
+/// it listen there too, and nothing else.
+#[tokio::test]
+async fn allow_listen_widens_the_loopback_rule_to_the_named_address_only() {
+    let http = reqwest::Client::new();
+    let create = |base: String, listen: &'static str| {
+        let http = http.clone();
+        async move {
+            http.post(format!("{base}/proxies"))
+                .json(&serde_json::json!({"name": listen, "listen": listen, "upstream": "127.0.0.1:1"}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    let (_default, base) = start_with(&[]).await;
+    assert_eq!(create(base.clone(), "0.0.0.0:0").await, 400);
+    assert_eq!(create(base, "127.0.0.1:0").await, 201);
+
+    let (_compose, base) = start_with(&["--allow-listen", "0.0.0.0"]).await;
+    assert_eq!(create(base.clone(), "0.0.0.0:0").await, 201);
+    assert_eq!(create(base, "[::]:0").await, 400);
+}

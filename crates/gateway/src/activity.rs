@@ -40,6 +40,11 @@ pub(crate) struct Silent;
 #[error("the request body is over the limit")]
 pub(crate) struct TooLarge;
 
+/// The request body was still unfinished at its deadline.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the request body took longer than its deadline")]
+pub(crate) struct BodyLate;
+
 /// The idle clock of one exchange.
 #[derive(Debug)]
 pub(crate) struct Activity {
@@ -107,6 +112,7 @@ pub(crate) struct ClientSide {
     finished: AtomicBool,
     too_large: AtomicBool,
     failed: AtomicBool,
+    late: AtomicBool,
 }
 
 impl ClientSide {
@@ -123,6 +129,11 @@ impl ClientSide {
     /// The client's body ended abnormally (it went away).
     pub(crate) fn failed(&self) -> bool {
         self.failed.load(Ordering::Relaxed)
+    }
+
+    /// The body was still unfinished at its deadline.
+    pub(crate) fn late(&self) -> bool {
+        self.late.load(Ordering::Relaxed)
     }
 }
 
@@ -204,21 +215,30 @@ where
 pub(crate) type RequestBody<B> = Watched<B, RequestWatch>;
 
 /// The request side's watch: notes in [`ClientSide`] whether the exchange
-/// waits on the client, and enforces the body cap.
+/// waits on the client, and enforces the body cap and the body deadline.
 #[derive(Debug)]
 pub(crate) struct RequestWatch {
     side: Arc<ClientSide>,
     received: u64,
     limit: u64,
+    /// The whole body must have come by then, however steady the trickle
+    /// (the activity clock alone is reset by every byte).
+    deadline: Instant,
+    /// Made on the first wait for the client, so a body that never waits
+    /// never allocates one.
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl<B> RequestBody<B> {
-    /// Wraps `inner`, failing it with [`TooLarge`] past `limit` bytes.
+    /// Wraps `inner`, failing it with [`TooLarge`] past `limit` bytes and
+    /// with [`BodyLate`] if it is still waiting for the client at
+    /// `deadline`.
     pub(crate) fn new(
         inner: B,
         activity: Arc<Activity>,
         side: Arc<ClientSide>,
         limit: u64,
+        deadline: Instant,
     ) -> Self {
         Self {
             inner,
@@ -227,6 +247,8 @@ impl<B> RequestBody<B> {
                 side,
                 received: 0,
                 limit,
+                deadline,
+                timer: None,
             },
         }
     }
@@ -245,9 +267,16 @@ impl Watch for RequestWatch {
         Ok(())
     }
 
-    fn on_pending(&mut self, _: &Activity, _: &mut Context<'_>) -> Poll<BoxError> {
+    fn on_pending(&mut self, _: &Activity, cx: &mut Context<'_>) -> Poll<BoxError> {
         self.side.waiting.store(true, Ordering::Relaxed);
-        Poll::Pending
+        let deadline = self.deadline;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(sleep_until(deadline)));
+        ready!(timer.as_mut().poll(cx));
+        self.side.waiting.store(false, Ordering::Relaxed);
+        self.side.late.store(true, Ordering::Relaxed);
+        Poll::Ready(BodyLate.into())
     }
 
     fn on_finished(&mut self) {
@@ -433,7 +462,8 @@ mod tests {
         let activity = Arc::new(Activity::new(Duration::from_secs(1)));
         let side = Arc::new(ClientSide::default());
         let (mut tx, body) = channel();
-        let mut body = RequestBody::new(body, activity.clone(), side.clone(), 10);
+        let far = Instant::now() + Duration::from_secs(3600);
+        let mut body = RequestBody::new(body, activity.clone(), side.clone(), 10, far);
         tx.send(Bytes::from_static(b"12345")).await.unwrap();
         assert!(body.frame().await.unwrap().is_ok());
         let waited = tokio::select! {
@@ -444,5 +474,35 @@ mod tests {
         tx.send(Bytes::from_static(b"678901")).await.unwrap();
         let err = body.frame().await.unwrap().unwrap_err();
         assert!(err.is::<TooLarge>() && side.too_large());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_steady_trickle_ends_at_the_body_deadline() {
+        let activity = Arc::new(Activity::new(Duration::from_secs(1)));
+        let side = Arc::new(ClientSide::default());
+        let (tx, body) = channel();
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(5);
+        let mut body = RequestBody::new(body, activity, side.clone(), 1 << 20, deadline);
+        tokio::spawn(async move {
+            let mut tx = tx;
+            loop {
+                tokio::time::sleep(Duration::from_millis(900)).await;
+                if tx.send(Bytes::from_static(b"x")).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut bytes = 0;
+        let err = loop {
+            match body.frame().await.unwrap() {
+                Ok(_) => bytes += 1,
+                Err(e) => break e,
+            }
+        };
+        assert!(err.is::<BodyLate>(), "{err}");
+        assert!(side.late() && !side.stalled());
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+        assert_eq!(bytes, 5);
     }
 }

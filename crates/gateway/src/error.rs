@@ -4,10 +4,20 @@
 
 use axum::response::IntoResponse;
 use http::{HeaderValue, StatusCode};
+use shopeasy_resilience::admission::{Outcome, Refusal};
 use shopeasy_runtime::problem::Problem;
+
+use crate::ratelimit::Verdict;
 
 /// The name the gateway gives itself in `Proxy-Status`.
 pub(crate) const PROXY_NAME: &str = "shopeasy-gateway";
+/// draft-ietf-httpapi-ratelimit-headers' quota policy field.
+pub(crate) const RATELIMIT_POLICY: http::HeaderName =
+    http::HeaderName::from_static("ratelimit-policy");
+/// draft-ietf-httpapi-ratelimit-headers' current-limit field.
+pub(crate) const RATELIMIT: http::HeaderName = http::HeaderName::from_static("ratelimit");
+/// `Allow` of a 405: RFC 9110's methods, the ones the gateway forwards.
+const ALLOWED: &str = "GET, HEAD, POST, PUT, DELETE, CONNECT, OPTIONS, TRACE, PATCH";
 
 /// Everything that makes the gateway answer instead of the service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -54,10 +64,38 @@ pub(crate) enum ProxyError {
     /// The service answered with something that is not HTTP.
     #[error("the service's response was malformed")]
     Protocol,
+    /// A method outside RFC 9110's set (never forwarded, never a label).
+    #[error("the method is not one of RFC 9110's")]
+    MethodNotAllowed,
+    /// The client's whole body took longer than the body deadline.
+    #[error("the request body took longer than {0} ms in all")]
+    BodyTimeout(u64),
+    /// The client is over its rate limit.
+    #[error("too many requests from this client: retry after {} s", .0.retry_after)]
+    RateLimited(Verdict),
+    /// The route already has its cap of requests in flight.
+    #[error("the {route} route has {limit} requests in flight; retry shortly")]
+    Overloaded {
+        /// The route's name.
+        route: &'static str,
+        /// Its in-flight cap.
+        limit: u32,
+    },
+    /// The gateway's own admission control refused it (its adaptive limit
+    /// and queue are full, or the caller's deadline cannot be met).
+    #[error("{0}")]
+    Shed(Refusal),
+    /// No connection to the service came free within the connect timeout
+    /// (the per-origin cap is reached).
+    #[error("every connection to the service ({0} at most) stayed busy; retry shortly")]
+    UpstreamBusy(u32),
     /// A bug in the gateway (logged; sent as a bare 500).
     #[error("internal error")]
     Internal,
 }
+
+/// What a caller is told to wait after a 503 refusal, in seconds.
+const OVERLOAD_RETRY_AFTER: u64 = 1;
 
 impl ProxyError {
     /// The status the caller gets.
@@ -68,7 +106,12 @@ impl ProxyError {
             E::DotSegment | E::AmbiguousFraming | E::ClientBody => StatusCode::BAD_REQUEST,
             E::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             E::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            E::ClientStalled => StatusCode::REQUEST_TIMEOUT,
+            E::ClientStalled | E::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            E::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            E::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            E::Overloaded { .. } | E::UpstreamBusy(_) | E::Shed(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             E::ConnectTimeout | E::ResponseTimeout | E::DeadlineExceeded => {
                 StatusCode::GATEWAY_TIMEOUT
             }
@@ -89,7 +132,11 @@ impl ProxyError {
             | E::HeadersTooLarge(_)
             | E::BodyTooLarge(_)
             | E::ClientStalled
+            | E::BodyTimeout(_)
             | E::ClientBody => "http_request_error",
+            E::MethodNotAllowed | E::RateLimited(_) => "http_request_denied",
+            // The gateway's own limit on what it sends the next hop.
+            E::Overloaded { .. } | E::UpstreamBusy(_) | E::Shed(_) => "connection_limit_reached",
             E::ConnectTimeout => "connection_timeout",
             E::ConnectionRefused => "connection_refused",
             E::ConnectionFailed => "destination_unavailable",
@@ -108,6 +155,13 @@ impl ProxyError {
             E::DotSegment | E::AmbiguousFraming | E::ClientBody => "bad_request",
             E::HeadersTooLarge(_) | E::BodyTooLarge(_) => "too_large",
             E::ClientStalled => "client_timeout",
+            E::BodyTimeout(_) => "client_body_timeout",
+            E::MethodNotAllowed => "method_not_allowed",
+            E::RateLimited(_) => "rate_limited",
+            E::Overloaded { .. } => "overloaded",
+            E::UpstreamBusy(_) => "upstream_busy",
+            E::Shed(r) if r.reason == Outcome::RefusedDeadline => "shed_deadline",
+            E::Shed(_) => "shed",
             E::ConnectTimeout => "connect_timeout",
             E::ConnectionRefused => "connection_refused",
             E::ConnectionFailed => "connection_failed",
@@ -145,7 +199,22 @@ impl ProxyError {
                 "Request headers too large",
                 detail,
             ),
-            E::ClientStalled => Problem::new(status, "request-timeout", "Request timeout", detail),
+            E::ClientStalled | E::BodyTimeout(_) => {
+                Problem::new(status, "request-timeout", "Request timeout", detail)
+            }
+            E::MethodNotAllowed => Problem::new(
+                status,
+                "method-not-allowed",
+                "Method not allowed",
+                "the gateway forwards only RFC 9110's methods",
+            ),
+            E::RateLimited(v) => Problem::new(status, "rate-limited", "Too many requests", detail)
+                .retry_after(u64::from(v.retry_after)),
+            E::Overloaded { .. } | E::UpstreamBusy(_) => {
+                Problem::overloaded(detail, OVERLOAD_RETRY_AFTER)
+            }
+            E::Shed(r) => Problem::overloaded(detail, r.retry_after_seconds())
+                .extension("reason", r.reason.as_str()),
             E::ConnectTimeout | E::ResponseTimeout | E::DeadlineExceeded => {
                 Problem::new(status, "gateway-timeout", "Gateway timeout", detail)
             }
@@ -160,9 +229,36 @@ impl ProxyError {
 impl IntoResponse for ProxyError {
     fn into_response(self) -> axum::response::Response {
         let mut response = self.problem().into_response();
-        let value = format!("{PROXY_NAME}; error={}", self.proxy_status());
+        let value = match self {
+            Self::Overloaded { route, .. } => format!(
+                "{PROXY_NAME}; error={}; details=\"{route} route in-flight cap\"",
+                self.proxy_status()
+            ),
+            Self::UpstreamBusy(_) => format!(
+                "{PROXY_NAME}; error={}; details=\"upstream connection cap\"",
+                self.proxy_status()
+            ),
+            Self::Shed(_) => format!(
+                "{PROXY_NAME}; error={}; details=\"gateway admission limit\"",
+                self.proxy_status()
+            ),
+            _ => format!("{PROXY_NAME}; error={}", self.proxy_status()),
+        };
         if let Ok(value) = HeaderValue::from_str(&value) {
             response.headers_mut().insert("proxy-status", value);
+        }
+        match self {
+            Self::RateLimited(v) => {
+                let headers = response.headers_mut();
+                headers.insert(RATELIMIT_POLICY, v.policy());
+                headers.insert(RATELIMIT, v.header());
+            }
+            Self::MethodNotAllowed => {
+                response
+                    .headers_mut()
+                    .insert(http::header::ALLOW, HeaderValue::from_static(ALLOWED));
+            }
+            _ => {}
         }
         if self.status() == StatusCode::REQUEST_TIMEOUT || self == Self::AmbiguousFraming {
             // The rest of the request cannot be trusted or will never come.

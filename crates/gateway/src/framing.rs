@@ -25,9 +25,10 @@ use std::{
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// Longest head line followed: hyper's whole read buffer
+/// Longest head line followed: the largest read buffer hyper may be given
 /// ([`crate::server::MAX_BUF`]), so the watcher never gives up on a head
-/// hyper would still accept.
+/// hyper would still accept (hyper's own buffer, capped near
+/// `limits.max_header_bytes`, stops a longer one first).
 const MAX_LINE: usize = crate::server::MAX_BUF;
 
 /// One note per request head seen on a connection, in order.

@@ -19,7 +19,8 @@
 //!   a failed attempt is sent again (through `shopeasy_resilience::decide`,
 //!   the retry decision every ShopEasy client makes), `activity` cuts off
 //!   silence in either direction, `upstream` is the pooled client with its
-//!   connect timeout and connection lifetime.
+//!   connect timeout, connection lifetime and per-origin connection cap,
+//!   `ratelimit` is the per-client token bucket table.
 //! - `error::ProxyError` is every way the gateway itself answers; its
 //!   `IntoResponse` is the one place those become problem+json responses
 //!   with a `Proxy-Status` header.
@@ -31,6 +32,7 @@ mod framing;
 mod headers;
 mod observe;
 mod proxy;
+mod ratelimit;
 mod retry;
 mod routes;
 mod server;
@@ -55,7 +57,7 @@ pub const NAME: &str = shopeasy_runtime::topology::GATEWAY.binary;
 #[derive(Debug)]
 pub struct App {
     proxy: proxy::Proxy,
-    header_timeout: std::time::Duration,
+    listening: server::Listening,
 }
 
 impl Service for App {
@@ -73,21 +75,21 @@ impl Service for App {
         admin.report("resilience", move || registry.snapshot());
         Ok(Self {
             proxy,
-            header_timeout: settings.resilience.gateway.activity_timeout_seconds.get(),
+            listening: server::Listening {
+                header_timeout: settings.resilience.gateway.activity_timeout_seconds.get(),
+                max_buf: server::read_buffer(settings.limits.max_header_bytes),
+                max_connections: settings.limits.max_connections,
+            },
         })
     }
 
     /// The gateway's own HTTP/1.1 accept loop (not axum's: it watches
     /// request framing), with its own bounded drain.
     async fn serve(self, public: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
-        server::serve(
-            public,
-            self.proxy,
-            self.header_timeout,
-            shutdown,
-            DEFAULT_DRAIN,
-        )
-        .await;
+        // Lent by the lifecycle to this task (read before anything spawns).
+        self.proxy
+            .admit_with(shopeasy_runtime::lifecycle::admission());
+        server::serve(public, self.proxy, self.listening, shutdown, DEFAULT_DRAIN).await;
         Ok(())
     }
 }

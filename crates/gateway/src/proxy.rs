@@ -4,12 +4,19 @@
 //! [`Shared::forward`] reads as its phases, one small function each:
 //!
 //! 1. **admit** ([`Shared::admit`]) — checks before anything is sent:
-//!    framing and route (in `handle`), header and body caps;
+//!    framing and route (in `handle`), the method (RFC 9110's set only),
+//!    header and body caps, the client's rate limit (429), the route's
+//!    in-flight cap (503), whose slot the exchange holds until its response
+//!    body ends, and the listener's admission control
+//!    (`shopeasy_resilience::admission`, 503 `overloaded`: an adaptive
+//!    limit with a short deadline-aware queue, its permit completed when
+//!    response headers arrive);
 //! 2. **prepare the head** ([`prepare_head`]) — hop-by-hop out,
 //!    `X-Forwarded-*` in, the trace context on; the caller's remaining
 //!    deadline is written per attempt;
 //! 3. **prepare the body** ([`Shared::request_body`]) — empty, buffered (a
-//!    keyed POST that may be re-sent) or streamed, as [`Replay`] says;
+//!    keyed POST that may be re-sent) or streamed, as [`Replay`] says,
+//!    under the activity timer and the whole-body deadline;
 //! 4. **send with retries** ([`Shared::send_with_retries`]) — each
 //!    [`Shared::attempt`] races the shared [`Activity`] timer and the
 //!    caller's deadline; [`Retries`] asks the retry decision, counts it and
@@ -24,28 +31,39 @@
 //! no boxed future and no allocation beyond the exchange's two shared
 //! cells and what hyper needs.
 
-use std::{convert::Infallible, future::Future, sync::Arc, time::Duration};
+use std::{
+    convert::Infallible,
+    future::Future,
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
 
 use axum::{body::Body, response::IntoResponse};
 use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, Version, header, request::Parts};
+use http::{HeaderValue, Request, Response, Version, header, request::Parts};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use shopeasy_resilience::{
+    admission::{Admission, Permit},
     backoff::{Backoff, Jitter},
     budget::RetryBudget,
     deadline::{Deadline, HTTP_HEADER},
     registry::Registry,
 };
 use shopeasy_runtime::telemetry;
-use tokio::time::Instant;
+use tokio::{
+    sync::{OwnedSemaphorePermit, Semaphore},
+    time::Instant,
+};
 use tracing::Instrument;
 
 use crate::{
     activity::{Activity, BoxError, ClientSide, Ending, RequestBody, ResponseBody},
     error::ProxyError,
+    error::{RATELIMIT, RATELIMIT_POLICY},
     headers,
     observe::{self, RouteMetrics},
+    ratelimit::{ClientKey, RateLimiter, Verdict},
     retry::{Replay, Retries, RetryPolicy},
     routes::{NoRoute, RouteTable},
     server::ClientConnection,
@@ -68,9 +86,17 @@ struct Shared {
     /// Per-route state, in `routes.all()` order.
     lanes: Vec<Lane>,
     activity_timeout: Duration,
+    /// How long a whole request body may take.
+    body_timeout: Duration,
     max_header_bytes: u64,
     max_body_bytes: u64,
     max_buffered_body_bytes: u64,
+    /// Per-client token buckets.
+    limiter: RateLimiter,
+    /// The public listener's admission control, set once when serving
+    /// starts (the lifecycle lends it to `serve`, after `build`); unset when
+    /// `admission.enabled` is false.
+    admission: OnceLock<Admission>,
 }
 
 impl Proxy {
@@ -81,6 +107,7 @@ impl Proxy {
     pub(crate) fn new(settings: &GatewaySettings) -> anyhow::Result<Self> {
         let routes = RouteTable::new(&settings.routes)?;
         let g = &settings.resilience.gateway;
+        let l = &settings.limits;
         let backoff = Backoff::new(g.retry_backoff_seconds.get(), MAX_BACKOFF, Jitter::Full);
         let mut lanes: Vec<Lane> = Vec::new();
         for route in routes.all() {
@@ -94,6 +121,7 @@ impl Proxy {
                     route.authority.clone(),
                     g.connect_timeout_seconds.get(),
                     g.pooled_connection_lifetime_seconds.get(),
+                    settings.limits.max_upstream_connections_per_origin,
                 )?),
             };
             let budget = RetryBudget::new(settings.resilience.budget());
@@ -102,6 +130,10 @@ impl Proxy {
                 policy: RetryPolicy::new(g.get_retries, backoff, budget),
                 metrics: Arc::new(RouteMetrics::new(route.name)),
                 origin,
+                in_flight: Arc::new(Semaphore::new(
+                    usize::try_from(l.max_in_flight_per_route).unwrap_or(usize::MAX),
+                )),
+                max_in_flight: l.max_in_flight_per_route,
             });
         }
         Ok(Self {
@@ -109,11 +141,26 @@ impl Proxy {
                 routes,
                 lanes,
                 activity_timeout: g.activity_timeout_seconds.get(),
-                max_header_bytes: settings.limits.max_header_bytes,
-                max_body_bytes: settings.limits.max_body_bytes,
-                max_buffered_body_bytes: settings.limits.max_buffered_body_bytes,
+                body_timeout: l.request_body_timeout_seconds.get(),
+                max_header_bytes: l.max_header_bytes,
+                max_body_bytes: l.max_body_bytes,
+                max_buffered_body_bytes: l.max_buffered_body_bytes,
+                limiter: RateLimiter::new(
+                    l.client_requests_per_second,
+                    l.client_burst,
+                    l.max_tracked_clients,
+                ),
+                admission: OnceLock::new(),
             }),
         })
+    }
+
+    /// Puts the listener's admission control in the admit phase (the
+    /// lifecycle reports it on `/admin/resilience` as `admission`).
+    pub(crate) fn admit_with(&self, admission: Option<Admission>) {
+        if let Some(admission) = admission {
+            let _ = self.shared.admission.set(admission);
+        }
     }
 
     /// Registers each route's retry budget for `/admin/resilience`.
@@ -149,6 +196,20 @@ struct Lane {
     metrics: Arc<RouteMetrics>,
     /// Where its requests go.
     origin: Arc<Origin>,
+    /// One permit per request in flight on the route.
+    in_flight: Arc<Semaphore>,
+    max_in_flight: u32,
+}
+
+/// What admission gives an exchange to keep.
+struct Admitted {
+    has_body: bool,
+    /// The route's in-flight slot, held until the response body ends.
+    slot: OwnedSemaphorePermit,
+    /// The client's rate limit after this request, for its `RateLimit`.
+    rate: Verdict,
+    /// The admission slot, completed when response headers arrive.
+    permit: Option<Permit>,
 }
 
 impl Shared {
@@ -162,7 +223,7 @@ impl Shared {
             Ok(lane) => lane,
             Err(error) => return fail("unmatched", error, started),
         };
-        let span = request_span(lane.name, request.method());
+        let span = request_span(lane.name, observe::method_label(request.method()));
         // With no subscriber interested (the usual `warn` level), skip the
         // trace-context work altogether: there is no span to parent or send.
         let traced = !span.is_disabled();
@@ -175,9 +236,8 @@ impl Shared {
             started,
             armed: true,
         };
-        let peer = connection.forwarded_for.clone();
         let result = self
-            .forward(lane, peer, request, started, traced)
+            .forward(lane, connection, request, started, traced)
             .instrument(span.clone())
             .await;
         waiting.armed = false;
@@ -208,7 +268,7 @@ impl Shared {
     async fn forward<B>(
         &self,
         lane: &Lane,
-        peer: Option<HeaderValue>,
+        connection: &ClientConnection,
         request: Request<B>,
         started: Instant,
         traced: bool,
@@ -218,11 +278,14 @@ impl Shared {
         B::Error: Into<BoxError>,
     {
         let (mut parts, body) = request.into_parts();
-        let has_body = self.admit(&parts)?;
-        let replay = Replay::of(&parts.method, &parts.headers, has_body);
         let deadline = Deadline::from_headers(&parts.headers);
-        prepare_head(&mut parts, peer, traced);
-        let exchange = Exchange::new(self.activity_timeout);
+        let mut admitted = self
+            .admit(lane, connection.client, &parts, deadline)
+            .await?;
+        let has_body = admitted.has_body;
+        let replay = Replay::of(&parts.method, &parts.headers, has_body);
+        prepare_head(&mut parts, connection.forwarded_for.clone(), traced);
+        let exchange = Exchange::new(self.activity_timeout, started + self.body_timeout);
         let body = self
             .request_body(body, replay, has_body, &exchange, deadline)
             .await?;
@@ -230,19 +293,41 @@ impl Shared {
         let (response, pooled) = self
             .send_with_retries(lane, &mut outbound, replay, &exchange, deadline)
             .await?;
-        Ok(relay(
+        // As the admission layer does: served once headers are in; a failed
+        // or cancelled exchange drops its permit and teaches nothing.
+        if let Some(permit) = admitted.permit.take() {
+            permit.complete();
+        }
+        let mut response = relay(
             response,
             pooled,
+            admitted.slot,
             lane.metrics.clone(),
             exchange.activity,
             started,
-        ))
+        );
+        let headers = response.headers_mut();
+        headers.insert(RATELIMIT_POLICY, self.limiter.policy().clone());
+        headers.insert(RATELIMIT, admitted.rate.header());
+        Ok(response)
     }
 
-    /// Phase 1: the header and body caps. Says whether the request has a
-    /// body (HTTP/1.1: without `Content-Length` or `Transfer-Encoding` it
-    /// has none).
-    fn admit(&self, parts: &Parts) -> Result<bool, ProxyError> {
+    /// Phase 1: the method, the header and body caps, then the client's
+    /// rate limit, the route's in-flight cap and the listener's admission
+    /// (refusals that cost nothing downstream; the cheap local ones first,
+    /// so they never take a place in the admission queue). Says whether
+    /// the request has a body (HTTP/1.1: without `Content-Length` or
+    /// `Transfer-Encoding` it has none).
+    async fn admit(
+        &self,
+        lane: &Lane,
+        client: ClientKey,
+        parts: &Parts,
+        deadline: Option<Deadline>,
+    ) -> Result<Admitted, ProxyError> {
+        if !observe::is_standard_method(&parts.method) {
+            return Err(ProxyError::MethodNotAllowed);
+        }
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         headers::check_request(&parts.headers, target.len(), self.max_header_bytes)?;
         let declared = headers::content_length(&parts.headers)?;
@@ -251,7 +336,33 @@ impl Shared {
         }
         let has_body = declared.is_some_and(|n| n > 0)
             || parts.headers.contains_key(header::TRANSFER_ENCODING);
-        Ok(has_body)
+        let rate = self.limiter.check(client);
+        if !rate.allowed {
+            return Err(ProxyError::RateLimited(rate));
+        }
+        let slot =
+            lane.in_flight
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| ProxyError::Overloaded {
+                    route: lane.name,
+                    limit: lane.max_in_flight,
+                })?;
+        let permit = match self.admission.get() {
+            Some(admission) => Some(
+                admission
+                    .acquire(deadline)
+                    .await
+                    .map_err(ProxyError::Shed)?,
+            ),
+            None => None,
+        };
+        Ok(Admitted {
+            has_body,
+            slot,
+            rate,
+            permit,
+        })
     }
 
     /// Phase 3: the body every attempt sends, as `replay` says.
@@ -279,6 +390,7 @@ impl Shared {
                     exchange.activity.clone(),
                     exchange.client.clone(),
                     self.max_body_bytes,
+                    exchange.body_deadline,
                 )
                 .boxed_unsync(),
             ),
@@ -299,11 +411,18 @@ impl Shared {
     {
         let limit = self.max_buffered_body_bytes;
         let client = &exchange.client;
-        let body = RequestBody::new(body, exchange.activity.clone(), client.clone(), limit);
+        let body = RequestBody::new(
+            body,
+            exchange.activity.clone(),
+            client.clone(),
+            limit,
+            exchange.body_deadline,
+        );
         tokio::select! {
             collected = body.collect() => match collected {
                 Ok(c) => Ok(c.to_bytes()),
                 Err(_) if client.too_large() => Err(ProxyError::BodyTooLarge(limit)),
+                Err(_) if client.late() => Err(self.body_late()),
                 Err(_) => Err(ProxyError::ClientBody),
             },
             () = exchange.activity.idle() => Err(ProxyError::ClientStalled),
@@ -382,11 +501,17 @@ impl Shared {
         );
         if client.too_large() {
             ProxyError::BodyTooLarge(self.max_body_bytes)
+        } else if client.late() {
+            self.body_late()
         } else if client.failed() {
             ProxyError::ClientBody
         } else {
             upstream::classify(error)
         }
+    }
+
+    fn body_late(&self) -> ProxyError {
+        ProxyError::BodyTimeout(u64::try_from(self.body_timeout.as_millis()).unwrap_or(u64::MAX))
     }
 
     fn lane(&self, route: &str) -> &Lane {
@@ -398,29 +523,32 @@ impl Shared {
 }
 
 /// The `gateway.request` span of one routed request.
-fn request_span(route: &'static str, method: &Method) -> tracing::Span {
+fn request_span(route: &'static str, method: &str) -> tracing::Span {
     tracing::info_span!(
         "gateway.request",
         otel.kind = "server",
         route,
-        http.request.method = %method,
+        http.request.method = method,
         http.response.status_code = tracing::field::Empty,
         retries = tracing::field::Empty,
     )
 }
 
 /// What one exchange shares between its phases and its body wrappers: the
-/// idle clock and what the client side is doing.
+/// idle clock, the request body's deadline and what the client side is
+/// doing.
 struct Exchange {
     activity: Arc<Activity>,
     client: Arc<ClientSide>,
+    body_deadline: Instant,
 }
 
 impl Exchange {
-    fn new(timeout: Duration) -> Self {
+    fn new(timeout: Duration, body_deadline: Instant) -> Self {
         Self {
             activity: Arc::new(Activity::new(timeout)),
             client: Arc::new(ClientSide::default()),
+            body_deadline,
         }
     }
 
@@ -556,6 +684,7 @@ async fn until(deadline: Option<Deadline>) {
 fn relay(
     response: Response<Incoming>,
     pooled: Pooled,
+    slot: OwnedSemaphorePermit,
     metrics: Arc<RouteMetrics>,
     activity: Arc<Activity>,
     started: Instant,
@@ -570,6 +699,7 @@ fn relay(
         if ending == Ending::Completed {
             pooled.release();
         }
+        drop(slot);
         metrics.request(status, ending.outcome(), started);
     });
     Response::from_parts(parts, Body::new(body))

@@ -9,6 +9,21 @@
 //! that trickles its head is cut off like any other silence). Shutdown is
 //! the same: stop accepting, let in-flight exchanges finish for at most the
 //! drain bound, then drop the rest.
+//!
+//! **The connection cap.** The loop takes a slot (a semaphore permit) before
+//! it accepts, and the connection gives it back when it closes: at
+//! `limits.max_connections` it simply stops calling `accept`, so further
+//! clients wait in the kernel's listen backlog (and beyond it are refused
+//! by the kernel) instead of each costing a descriptor, a task and buffers
+//! here. Accepting and then dropping would spend a descriptor per attempt
+//! and give the client nothing better than the backlog does. The open
+//! count is the gauge `shopeasy_gateway_open_connections`.
+//!
+//! **The head buffer.** hyper's read buffer (`max_buf_size`) is set just
+//! above `limits.max_header_bytes` (hyper's floor is 8 KiB): a head that
+//! fits is checked against the cap with a problem+json 431; one that does
+//! not fit the buffer gets hyper's own 431 as soon as the buffer is full,
+//! so an unfinished head never holds more than that.
 
 use std::{sync::Arc, time::Duration};
 
@@ -17,13 +32,17 @@ use hyper_util::{
     rt::{TokioIo, TokioTimer},
     server::graceful::GracefulShutdown,
 };
-use tokio::net::TcpListener;
+use tokio::{net::TcpListener, sync::Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     framing::{FramingWatch, Sniffed},
     proxy::Proxy,
+    ratelimit::ClientKey,
 };
+
+/// The gauge of open client connections.
+const OPEN_CONNECTIONS: &str = "shopeasy_gateway_open_connections";
 
 /// What the proxy learns about the connection a request came on.
 #[derive(Debug, Clone)]
@@ -32,28 +51,70 @@ pub(crate) struct ClientConnection {
     pub(crate) forwarded_for: Option<http::HeaderValue>,
     /// The framing notes of the connection's request heads.
     pub(crate) framing: Arc<FramingWatch>,
+    /// Whose rate limit its requests count against.
+    pub(crate) client: ClientKey,
 }
 
-/// hyper's read buffer: the longest request head it will parse at all (the
-/// configurable `limits.max_header_bytes` is checked below it, with a
-/// problem+json answer).
-pub(crate) const MAX_BUF: usize = 1024 * 1024;
+/// hyper's smallest allowed read buffer.
+const MIN_BUF: usize = 8192;
+/// Room in the read buffer beyond the header cap, for what the cap does
+/// not count exactly (the method, version and line ends) and for the start
+/// of a body read along with the head.
+const BUF_SLACK: usize = 1024;
+
+/// The largest read buffer any valid `limits.max_header_bytes` gives (the
+/// framing follower's longest line).
+pub(crate) const MAX_BUF: usize = 1024 * 1024 + BUF_SLACK;
+
+/// hyper's read buffer for a header cap of `max_header_bytes`: the longest
+/// request head it will parse at all (the cap itself is checked below it,
+/// with a problem+json answer).
+pub(crate) fn read_buffer(max_header_bytes: u64) -> usize {
+    usize::try_from(max_header_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_add(BUF_SLACK)
+        .clamp(MIN_BUF, MAX_BUF)
+}
+
+/// How the listener treats its clients.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Listening {
+    /// hyper's header read timeout.
+    pub(crate) header_timeout: Duration,
+    /// hyper's read buffer ([`read_buffer`]).
+    pub(crate) max_buf: usize,
+    /// Open client connections at most.
+    pub(crate) max_connections: u32,
+}
 
 /// Serves `listener` until `shutdown`, then drains for at most `drain`.
 pub(crate) async fn serve(
     listener: TcpListener,
     proxy: Proxy,
-    header_timeout: Duration,
+    listening: Listening,
     shutdown: CancellationToken,
     drain: Duration,
 ) {
     let graceful = GracefulShutdown::new();
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(header_timeout)
-        .max_buf_size(MAX_BUF)
+        .header_read_timeout(listening.header_timeout)
+        .max_buf_size(listening.max_buf)
         .keep_alive(true);
+    let slots = Arc::new(Semaphore::new(
+        usize::try_from(listening.max_connections).unwrap_or(usize::MAX),
+    ));
+    let open = metrics::gauge!(OPEN_CONNECTIONS);
+    open.set(0.0);
     loop {
+        // At the cap, wait here: not accepting leaves clients in the backlog.
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+            () = shutdown.cancelled() => break,
+        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -71,6 +132,7 @@ pub(crate) async fn serve(
         let connection = Arc::new(ClientConnection {
             forwarded_for: crate::headers::forwarded_for(peer.ip()),
             framing: framing.clone(),
+            client: ClientKey::of_address(peer.ip()),
         });
         let proxy = proxy.clone();
         let service = service_fn(move |request: http::Request<Incoming>| {
@@ -78,10 +140,14 @@ pub(crate) async fn serve(
         });
         let io = TokioIo::new(Sniffed::new(stream, framing));
         let conn = graceful.watch(http.serve_connection(io, service));
+        open.increment(1.0);
+        let open = open.clone();
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "client connection ended with an error");
             }
+            open.decrement(1.0);
+            drop(slot);
         });
     }
     drop(listener);

@@ -114,17 +114,43 @@ impl Default for GatewayResilience {
     }
 }
 
-/// `limits.*`: what a caller may send.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// `limits.*`: what a caller may send and hold (SPEC §11), so that no
+/// caller can make the gateway run out of descriptors, memory or upstream
+/// connections.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct LimitSettings {
-    /// Request line + headers, in bytes (over → 431).
+    /// Request line + headers, in bytes (over → 431). hyper's read buffer
+    /// is capped near it too (at least 8 KiB, hyper's floor), so an
+    /// unfinished head holds no more than that.
     pub max_header_bytes: u64,
     /// A streamed (passed-through) request body, in bytes (over → 413).
     pub max_body_bytes: u64,
     /// A body buffered so it can be re-sent (POST with `Idempotency-Key`),
     /// in bytes (over → 413).
     pub max_buffered_body_bytes: u64,
+    /// Longest time a request body may take in all, however steadily it
+    /// trickles (→ 408); the activity timer alone is reset by every byte.
+    pub request_body_timeout_seconds: Seconds,
+    /// Open client connections. At the cap the gateway stops accepting
+    /// (the kernel's backlog holds the rest) and keeps serving the ones it
+    /// has, so its descriptors stay bounded.
+    pub max_connections: u32,
+    /// Requests in flight per route (product, order); the excess gets 503
+    /// `overloaded` with `Proxy-Status` and `Retry-After` at once.
+    pub max_in_flight_per_route: u32,
+    /// Connections to one service address (origin), busy or pooled. A
+    /// request waits for one at most the connect timeout (then 503).
+    pub max_upstream_connections_per_origin: u32,
+    /// Each client's sustained request rate (token bucket refill, per
+    /// second); over it → 429 with `Retry-After` and `RateLimit` headers.
+    pub client_requests_per_second: u32,
+    /// Each client's burst (token bucket size), at least the rate.
+    pub client_burst: u32,
+    /// Clients whose buckets are remembered at once; past it the idlest
+    /// bucket is forgotten, so a client spraying addresses cannot grow the
+    /// table.
+    pub max_tracked_clients: u32,
 }
 
 impl Default for LimitSettings {
@@ -133,6 +159,13 @@ impl Default for LimitSettings {
             max_header_bytes: 32 * 1024,
             max_body_bytes: 1024 * 1024,
             max_buffered_body_bytes: 64 * 1024,
+            request_body_timeout_seconds: Seconds::new(60.0),
+            max_connections: 4096,
+            max_in_flight_per_route: 256,
+            max_upstream_connections_per_origin: 256,
+            client_requests_per_second: 1000,
+            client_burst: 2000,
+            max_tracked_clients: 65_536,
         }
     }
 }
@@ -201,6 +234,42 @@ impl Settings for GatewaySettings {
             l.max_buffered_body_bytes,
             1024..=16 * 1024 * 1024,
         );
+        v.within("limits", |v| {
+            v.seconds(
+                "request_body_timeout_seconds",
+                l.request_body_timeout_seconds,
+                0.05..=86_400.0,
+            );
+            v.number("max_connections", l.max_connections, 1..=1_000_000);
+            v.number(
+                "max_in_flight_per_route",
+                l.max_in_flight_per_route,
+                1..=1_000_000,
+            );
+            v.number(
+                "max_upstream_connections_per_origin",
+                l.max_upstream_connections_per_origin,
+                1..=100_000,
+            );
+            v.number(
+                "client_requests_per_second",
+                l.client_requests_per_second,
+                1..=10_000_000,
+            );
+            v.number("client_burst", l.client_burst, 1..=10_000_000);
+            if l.client_burst < l.client_requests_per_second {
+                v.fail(
+                    "client_burst",
+                    l.client_burst,
+                    "must be at least client_requests_per_second",
+                );
+            }
+            v.number(
+                "max_tracked_clients",
+                l.max_tracked_clients,
+                16..=10_000_000,
+            );
+        });
     }
 }
 
@@ -275,6 +344,26 @@ mod tests {
                 "resilience.retry_budget.ratio (env RESILIENCE__RETRY_BUDGET__RATIO) = 7: must be between 0 and 1",
                 "limits.max_body_bytes (env LIMITS__MAX_BODY_BYTES) = 0: must be between 1024 and 1073741824",
             ]
+        );
+    }
+
+    #[test]
+    fn caller_limits_are_validated() {
+        let errs = errors(&[
+            ("LIMITS__MAX_CONNECTIONS", "0"),
+            ("LIMITS__CLIENT_REQUESTS_PER_SECOND", "100"),
+            ("LIMITS__CLIENT_BURST", "10"),
+            ("LIMITS__REQUEST_BODY_TIMEOUT_SECONDS", "0"),
+        ]);
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert!(
+            errs[0].starts_with("limits.request_body_timeout_seconds"),
+            "{errs:?}"
+        );
+        assert!(errs[1].starts_with("limits.max_connections"), "{errs:?}");
+        assert!(
+            errs[2].contains("client_burst") && errs[2].contains("at least"),
+            "{errs:?}"
         );
     }
 

@@ -30,6 +30,15 @@
 //! `retry_canceled_requests`); it is not counted in
 //! `shopeasy_gateway_retries_total`.
 //!
+//! **A cap per origin.** Each origin has `max_connections` slots (a
+//! semaphore); a connection holds one from its connect until it is closed,
+//! busy or pooled, so the service never sees more than that many from this
+//! gateway. hyper-util's legacy pool caps only idle connections per host.
+//! A request that finds every slot taken waits for a connection to come
+//! back to the pool or a slot to free, and that wait plus the connect
+//! itself share one connect timeout ([`UpstreamError::Busy`] when it
+//! passes: 503, not 504 — nothing was tried yet).
+//!
 //! **Cancellation.** Dropping the request future (activity timeout, caller
 //! gone, deadline) drops hyper's response callback; the connection's task
 //! then closes the connection, so the service sees it closed.
@@ -47,7 +56,11 @@ use hyper::{
 };
 use hyper_util::rt::TokioIo;
 use rand::Rng;
-use tokio::{net::TcpStream, time::Instant};
+use tokio::{
+    net::TcpStream,
+    sync::{Notify, OwnedSemaphorePermit, Semaphore},
+    time::Instant,
+};
 
 use crate::{activity::BoxError, error::ProxyError};
 
@@ -63,6 +76,10 @@ pub(crate) enum UpstreamError {
     /// The TCP connect did not finish within the connect timeout.
     #[error("connect timed out")]
     ConnectTimeout,
+    /// Every connection slot of the origin stayed taken for the connect
+    /// timeout.
+    #[error("no connection slot came free")]
+    Busy(u32),
     /// The TCP connect failed.
     #[error("connect failed")]
     Connect(#[source] io::Error),
@@ -82,6 +99,11 @@ pub(crate) struct Origin {
     lifetime: Duration,
     /// Idle connections in return order: the oldest in front.
     idle: Mutex<Vec<Idle>>,
+    /// One permit per connection that may exist (busy or pooled).
+    slots: Arc<Semaphore>,
+    max_connections: u32,
+    /// Signalled when a connection goes back to the pool.
+    returned: Notify,
 }
 
 /// A connection waiting in its pool.
@@ -90,6 +112,8 @@ struct Idle {
     send: SendRequest<UpstreamBody>,
     expires_at: Instant,
     since: Instant,
+    /// Its slot of the origin's cap, freed when the connection is dropped.
+    slot: OwnedSemaphorePermit,
 }
 
 /// A connection checked out for one exchange. Give it back with
@@ -99,6 +123,7 @@ struct Idle {
 pub(crate) struct Pooled {
     send: SendRequest<UpstreamBody>,
     expires_at: Instant,
+    slot: OwnedSemaphorePermit,
     origin: Arc<Origin>,
 }
 
@@ -119,12 +144,16 @@ impl Pooled {
             send: self.send,
             expires_at: self.expires_at,
             since: now,
+            slot: self.slot,
         });
+        drop(idle);
+        self.origin.returned.notify_one();
     }
 }
 
 impl Origin {
-    /// An origin at `authority` (`host:port`) with an empty pool.
+    /// An origin at `authority` (`host:port`) with an empty pool and room
+    /// for `max_connections`.
     ///
     /// # Errors
     /// When `authority` cannot be a `Host` header value.
@@ -132,6 +161,7 @@ impl Origin {
         authority: Authority,
         connect_timeout: Duration,
         lifetime: Duration,
+        max_connections: u32,
     ) -> Result<Self, http::header::InvalidHeaderValue> {
         let host = match authority.port_u16() {
             Some(80) => HeaderValue::from_str(authority.host())?,
@@ -143,6 +173,11 @@ impl Origin {
             connect_timeout,
             lifetime,
             idle: Mutex::new(Vec::new()),
+            slots: Arc::new(Semaphore::new(
+                usize::try_from(max_connections.max(1)).unwrap_or(usize::MAX),
+            )),
+            max_connections,
+            returned: Notify::new(),
         })
     }
 
@@ -158,8 +193,10 @@ impl Origin {
     /// The most recently used ready connection. Closed, expired and
     /// long-idle ones met on the way are dropped; busy ones (a connection is
     /// returned when its response body ends, a moment before hyper is ready
-    /// for the next request on it) are left in place.
-    fn checkout(&self) -> Option<Idle> {
+    /// for the next request on it) are left in place, unless `busy_too`
+    /// (at the cap, where waiting for one beats waiting for a slot), when
+    /// the most recent open one is taken.
+    fn checkout(&self, busy_too: bool) -> Option<Idle> {
         let now = Instant::now();
         let mut idle = self.lock();
         let mut i = idle.len();
@@ -172,10 +209,49 @@ impl Origin {
                 return Some(idle.remove(i));
             }
         }
-        None
+        if busy_too { idle.pop() } else { None }
     }
 
-    async fn connect(&self) -> Result<Idle, UpstreamError> {
+    /// A pooled connection (`true`) or a new one (`false`) — at the cap,
+    /// after waiting for either, until `until`.
+    async fn obtain(&self, until: Instant) -> Result<(Idle, bool), UpstreamError> {
+        if let Some(idle) = self.checkout(false) {
+            return Ok((idle, true));
+        }
+        let slot = match self.slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                let waited = tokio::time::timeout_at(until, async {
+                    loop {
+                        let returned = self.returned.notified();
+                        if let Some(idle) = self.checkout(true) {
+                            return Err(idle);
+                        }
+                        tokio::select! {
+                            slot = self.slots.clone().acquire_owned() => {
+                                // The semaphore is never closed.
+                                if let Ok(slot) = slot { return Ok(slot) }
+                            }
+                            () = returned => {}
+                        }
+                    }
+                })
+                .await
+                .map_err(|_| UpstreamError::Busy(self.max_connections))?;
+                match waited {
+                    Ok(slot) => slot,
+                    Err(idle) => return Ok((idle, true)),
+                }
+            }
+        };
+        Ok((self.connect(slot, until).await?, false))
+    }
+
+    async fn connect(
+        &self,
+        slot: OwnedSemaphorePermit,
+        until: Instant,
+    ) -> Result<Idle, UpstreamError> {
         let port = self.authority.port_u16().unwrap_or(80);
         let host = self.authority.host();
         // An IPv6 literal comes bracketed in the authority.
@@ -184,7 +260,7 @@ impl Origin {
             .and_then(|h| h.strip_suffix(']'))
             .unwrap_or(host);
         let expires_at = Instant::now() + jittered(self.lifetime, &mut rand::rng());
-        let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect((host, port)))
+        let stream = tokio::time::timeout_at(until, TcpStream::connect((host, port)))
             .await
             .map_err(|_| UpstreamError::ConnectTimeout)?
             .map_err(UpstreamError::Connect)?;
@@ -204,6 +280,7 @@ impl Origin {
             send,
             expires_at,
             since: Instant::now(),
+            slot,
         })
     }
 
@@ -219,22 +296,27 @@ impl Origin {
         mut request: Request<UpstreamBody>,
     ) -> Result<(Response<Incoming>, Pooled), UpstreamError> {
         self.origin_form(&mut request);
+        // Waiting for a slot and connecting share one connect timeout.
+        let until = Instant::now() + self.connect_timeout;
         loop {
-            let (mut idle, reused) = match self.checkout() {
-                Some(idle) => (idle, true),
-                None => (self.connect().await?, false),
-            };
-            if !reused {
-                // A fresh connection is ready once its task has run; wait
-                // for it (a failure here is the connection's, not the
+            let (mut idle, reused) = self.obtain(until).await?;
+            if !idle.send.is_ready() {
+                // A fresh connection is ready once its task has run, a
+                // returned one once hyper has finished its last exchange;
+                // wait for it (a failure here is the connection's, not the
                 // request's: nothing was sent).
-                idle.send.ready().await.map_err(UpstreamError::Request)?;
+                match idle.send.ready().await {
+                    Ok(()) => {}
+                    Err(_) if reused => continue,
+                    Err(e) => return Err(UpstreamError::Request(e)),
+                }
             }
             match idle.send.try_send_request(request).await {
                 Ok(response) => {
                     let pooled = Pooled {
                         send: idle.send,
                         expires_at: idle.expires_at,
+                        slot: idle.slot,
                         origin: self.clone(),
                     };
                     return Ok((response, pooled));
@@ -282,6 +364,7 @@ fn jittered(lifetime: Duration, rng: &mut impl Rng) -> Duration {
 pub(crate) fn classify(error: &UpstreamError) -> ProxyError {
     let hyper_error = match error {
         UpstreamError::ConnectTimeout => return ProxyError::ConnectTimeout,
+        UpstreamError::Busy(max) => return ProxyError::UpstreamBusy(*max),
         UpstreamError::Connect(e) => {
             return match e.kind() {
                 io::ErrorKind::TimedOut => ProxyError::ConnectTimeout,

@@ -39,13 +39,16 @@ fn product(i: usize) -> String {
 async fn reserve_batch(clients: &[InventoryServiceClient<Channel>], products: usize) {
     let calls = (0..CONCURRENCY).map(|i| {
         let mut client = clients[i % clients.len()].clone();
-        let request = ReserveStockRequest {
+        let mut request = tonic::Request::new(ReserveStockRequest {
             reservation_id: uuid::Uuid::new_v4().to_string(),
             lines: vec![StockLine {
                 product_id: product(i % products),
                 quantity: 1,
             }],
-        };
+        });
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
         tokio::spawn(async move { client.reserve_stock(request).await })
     });
     for r in futures::future::join_all(calls).await {
@@ -66,6 +69,7 @@ fn bench(c: &mut Criterion) {
         let db = shopeasy_testkit::postgres().await.unwrap();
         let mut settings = InventorySettings {
             admin_token: Secret::new(TOKEN),
+            service_token: Secret::new(TOKEN),
             ..InventorySettings::default()
         };
         settings.process.ephemeral();

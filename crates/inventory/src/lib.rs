@@ -13,7 +13,8 @@
 //!   database and runs the migrations, then serves gRPC until shutdown;
 //!   `lifecycle::spawn::<App>(settings)` binds both listeners and starts it.
 //! - [`grpc`]: the adapter — reads the deadline (`min(grpc-timeout,
-//!   request_timeout_seconds)`) and the admin token from the metadata,
+//!   request_timeout_seconds)`) and the bearer token (admin or service)
+//!   from the metadata,
 //!   parses messages into [`domain`] types, calls the [`store`], and maps
 //!   [`Error`] onto a `tonic::Status` in one place. [`grpc::observe`] counts
 //!   and times every call.
@@ -29,7 +30,8 @@
 //! details), NOT_FOUND (no stock record), FAILED_PRECONDITION (short stock,
 //! with `InsufficientStock` details; or a reservation already released),
 //! ALREADY_EXISTS (reservation id reused with other lines), UNAUTHENTICATED
-//! (`SetStock` without the admin token), DEADLINE_EXCEEDED, UNAVAILABLE
+//! (`SetStock` without the admin token, `ReserveStock`/`ReleaseStock`
+//! without the service token), DEADLINE_EXCEEDED, UNAVAILABLE
 //! (database unreachable or overloaded: retry).
 
 pub mod domain;
@@ -44,6 +46,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use shopeasy_proto::inventory::v1::inventory_service_server::InventoryServiceServer;
+use shopeasy_resilience::admission::{AdmissionLayer, GrpcRefusal};
 use shopeasy_runtime::{
     admin::Admin,
     lifecycle::{self, Service},
@@ -100,9 +103,13 @@ impl Service for App {
             lifecycle::connect_database("inventory", &settings.storage, &migrator(), admin).await?;
         let store = Store::new(db);
         seed::demo_if_empty(settings.demo_seed, &store).await?;
+        let credentials = grpc::Credentials {
+            admin: settings.admin_token.clone(),
+            service: settings.service_token.clone(),
+        };
         let api = grpc::InventoryApi::new(
             store.clone(),
-            settings.admin_token.clone(),
+            credentials,
             settings.request_timeout_seconds.get(),
         );
         Ok(Self {
@@ -115,6 +122,9 @@ impl Service for App {
     /// Serves gRPC (Inventory, health, reflection) until `shutdown` is
     /// cancelled; the lifecycle bounds the drain of in-flight calls.
     async fn serve(self, public: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+        // Read on this task: the lifecycle lends it to `serve` only.
+        let admission = lifecycle::admission()
+            .map(|a| AdmissionLayer::new(a, GrpcRefusal).bypass(&["/grpc.health.v1.Health/"]));
         let (reporter, health_service) = tonic_health::server::health_reporter();
         let status = health::init(&self.admin, &reporter).await;
         let follow = tokio::spawn(health::follow(
@@ -133,11 +143,14 @@ impl Service for App {
         let reflection_v1alpha = reflection().build_v1alpha()?;
 
         // Read outside in: every call is counted and timed (observe), then
-        // routed to its service.
+        // admitted or refused with RESOURCE_EXHAUSTED + pushback before any
+        // database work (admission; health checks bypass it, so probes
+        // answer under overload), then routed to its service.
         let router = Server::builder()
             .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
             .layer(grpc::observe::ObserveGrpcLayer)
+            .layer(tower::util::option_layer(admission))
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)

@@ -25,6 +25,13 @@ pub struct InventorySettings {
     /// Bearer token that `SetStock` requires (`ADMIN_TOKEN`). Empty: no
     /// caller is an admin, and `SetStock` always answers UNAUTHENTICATED.
     pub admin_token: Secret,
+    /// Bearer token that `ReserveStock` and `ReleaseStock` require
+    /// (`SERVICE_TOKEN`): the order service's credential
+    /// (`inventory.service_token` there). Empty: nobody may reserve or
+    /// release, so a forgotten setting is a closed door, not an open one.
+    /// In production a mesh's mTLS can carry the caller's identity instead
+    /// (deploy/README.md); this token still keeps pods outside the mesh out.
+    pub service_token: Secret,
     /// The server's own cap on one call's work. A call runs for the shorter
     /// of this and the caller's `grpc-timeout`.
     pub request_timeout_seconds: Seconds,
@@ -39,6 +46,7 @@ impl Default for InventorySettings {
             process: ProcessSettings::new(&topology::INVENTORY),
             storage: DatabaseSettings::sqlite("inventory"),
             admin_token: Secret::default(),
+            service_token: Secret::default(),
             request_timeout_seconds: Seconds::new(5.0),
             demo_seed: false,
         }

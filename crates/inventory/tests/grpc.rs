@@ -17,7 +17,10 @@ use shopeasy_proto::inventory::v1::{
 use shopeasy_runtime::settings::Seconds;
 use shopeasy_testkit::{Metrics, TestDatabase, assert_eventually, eventually};
 use sqlx::{Connection, PgConnection};
-use support::{ADMIN_TOKEN, Forwarder, Running, product, settings, start};
+use support::{
+    ADMIN_TOKEN, Forwarder, Running, SERVICE_TOKEN, as_service, product, settings, start,
+    with_bearer,
+};
 use tokio::time::Instant;
 use tonic::Code;
 
@@ -30,7 +33,19 @@ async fn database() -> TestDatabase {
     }
 }
 
-fn reserve(reservation_id: &str, lines: &[(&str, i64)]) -> ReserveStockRequest {
+/// A `ReserveStock` request carrying the service token.
+fn reserve(reservation_id: &str, lines: &[(&str, i64)]) -> tonic::Request<ReserveStockRequest> {
+    as_service(reserve_message(reservation_id, lines))
+}
+
+/// A `ReleaseStock` request carrying the service token.
+fn release(reservation_id: &str) -> tonic::Request<ReleaseStockRequest> {
+    as_service(ReleaseStockRequest {
+        reservation_id: reservation_id.into(),
+    })
+}
+
+fn reserve_message(reservation_id: &str, lines: &[(&str, i64)]) -> ReserveStockRequest {
     ReserveStockRequest {
         reservation_id: reservation_id.into(),
         lines: lines
@@ -169,9 +184,7 @@ async fn every_rpc_answers_with_its_success_and_error_codes() {
 
     // ReleaseStock: exactly what was reserved, once; unknown ids are fine.
     let released = client
-        .release_stock(ReleaseStockRequest {
-            reservation_id: rid.clone(),
-        })
+        .release_stock(release(&rid))
         .await
         .unwrap()
         .into_inner()
@@ -180,7 +193,7 @@ async fn every_rpc_answers_with_its_success_and_error_codes() {
     assert_eq!(available(&server, &a).await, 5);
     for id in [rid.clone(), product()] {
         let again = client
-            .release_stock(ReleaseStockRequest { reservation_id: id })
+            .release_stock(release(&id))
             .await
             .unwrap()
             .into_inner();
@@ -195,6 +208,90 @@ async fn every_rpc_answers_with_its_success_and_error_codes() {
         Code::FailedPrecondition,
         "released stays released"
     );
+    server.stop().await;
+}
+
+/// Reserve and Release need the service token: none, a wrong one and the
+/// admin token alike are UNAUTHENTICATED, and nothing moves; the service
+/// token is no admin (SetStock refuses it) and GetStock stays open.
+#[tokio::test]
+async fn reserve_and_release_need_the_service_credential() {
+    let db = database().await;
+    let server = start(settings(db.url())).await;
+    let mut client = server.client().await;
+    let (p, rid) = (product(), product());
+    server.set_stock(&p, 5).await;
+    client
+        .reserve_stock(reserve(&rid, &[(&p, 2)]))
+        .await
+        .unwrap();
+    assert_eq!(available(&server, &p).await, 3);
+
+    let other = product();
+    for token in [None, Some("not-the-token"), Some(ADMIN_TOKEN)] {
+        let with = |m| match token {
+            Some(t) => with_bearer(m, t),
+            None => tonic::Request::new(m),
+        };
+        let err = client
+            .reserve_stock(with(reserve_message(&other, &[(&p, 1)])))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated, "reserve, {token:?}");
+        let mut released = tonic::Request::new(ReleaseStockRequest {
+            reservation_id: rid.clone(),
+        });
+        if let Some(t) = token {
+            released = with_bearer(released.into_inner(), t);
+        }
+        let err = client.release_stock(released).await.unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated, "release, {token:?}");
+        assert!(!err.message().contains(SERVICE_TOKEN));
+    }
+    assert_eq!(
+        available(&server, &p).await,
+        3,
+        "nothing was reserved or released"
+    );
+
+    let set = SetStockRequest {
+        product_id: p.clone(),
+        available: 100,
+    };
+    let err = client
+        .set_stock(with_bearer(set, SERVICE_TOKEN))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        Code::Unauthenticated,
+        "the service token is no admin"
+    );
+    assert_eq!(available(&server, &p).await, 3);
+    client.release_stock(release(&rid)).await.unwrap();
+    assert_eq!(available(&server, &p).await, 5);
+    server.stop().await;
+}
+
+/// An inventory with no service token configured lets nobody reserve: a
+/// forgotten setting is a closed door.
+#[tokio::test]
+async fn no_service_token_configured_admits_nobody() {
+    let db = database().await;
+    let mut s = settings(db.url());
+    s.service_token = shopeasy_runtime::settings::Secret::default();
+    let server = start(s).await;
+    let p = product();
+    server.set_stock(&p, 5).await;
+    let mut client = server.client().await;
+    for request in [
+        reserve(&product(), &[(&p, 1)]),
+        with_bearer(reserve_message(&product(), &[(&p, 1)]), ""),
+    ] {
+        let err = client.reserve_stock(request).await.unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated);
+    }
+    assert_eq!(available(&server, &p).await, 5);
     server.stop().await;
 }
 
@@ -236,12 +333,7 @@ async fn validation_errors_name_the_field() {
         .unwrap_err();
     assert_eq!(fields(&err), ["lines"]);
 
-    let err = client
-        .release_stock(ReleaseStockRequest {
-            reservation_id: "123".into(),
-        })
-        .await
-        .unwrap_err();
+    let err = client.release_stock(release("123")).await.unwrap_err();
     assert_eq!(fields(&err), ["reservation_id"]);
 
     let mut request = tonic::Request::new(SetStockRequest {
@@ -345,7 +437,7 @@ async fn reserve_against_a_held_lock(
         .unwrap();
 
     let mut client = server.client().await;
-    let mut request = tonic::Request::new(reserve(&product(), &[(&p, 1)]));
+    let mut request = reserve(&product(), &[(&p, 1)]);
     if let Some(t) = timeout {
         request.set_timeout(t);
     }

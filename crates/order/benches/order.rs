@@ -1,9 +1,15 @@
-//! Order service benchmarks (issue 6), printed as a Markdown table:
+//! Order service benchmarks (issues 6 and 19), printed as Markdown tables:
 //!
-//! 1. **throughput**: order placement end to end — HTTP → order service →
+//! 1. **placement**: order placement end to end — HTTP → order service →
 //!    Postgres, with the real Inventory service (gRPC, its own Postgres
-//!    database) and a stub Product service, `BENCH_CONCURRENCY` clients for
-//!    `BENCH_SECONDS`;
+//!    database) and a stub Product service — without and with an
+//!    `Idempotency-Key`, at each of `BENCH_CLIENTS` (default `8,32,128`)
+//!    closed-loop clients for `BENCH_SECONDS`, next to `pgbench -N` at the
+//!    same client count on the same server in the same run (capped below
+//!    `max_connections`); prints orders/s, p50/p99, the ratio to pgbench's
+//!    tps, the commits per order counted by `pg_stat_database.xact_commit`
+//!    over both databases, and a server-side profile (rows written per
+//!    order and table, from `pg_stat_user_tables`);
 //! 2. **stampede**: 1,000 concurrent orders for one product whose stock
 //!    cache entry just expired, counting `GetStock` calls at Inventory;
 //! 3. **breaker open, stale entry**: latency of `POST /api/orders` while
@@ -31,7 +37,7 @@ use uuid::Uuid;
 
 use crate::{
     fakes::{FakeProduct, Mode},
-    helpers::{Shop, TestApp, order_body, real_inventory, test_settings},
+    helpers::{Shop, TestApp, order_body, test_settings},
 };
 
 fn env(name: &str, default: u64) -> u64 {
@@ -71,8 +77,8 @@ fn main() {
     let wanted = |name: &str| name.contains(filter.as_str());
     runtime.block_on(async {
         println!("| benchmark | result |\n|---|---|");
-        if wanted("throughput") {
-            throughput().await;
+        if wanted("placement") {
+            placement().await;
         }
         if wanted("stampede") {
             stampede().await;
@@ -83,13 +89,173 @@ fn main() {
     });
 }
 
-async fn throughput() {
+/// One placement run's figures.
+struct Run {
+    orders_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    failed: u64,
+    commits_per_order: f64,
+    order_db_commits_per_order: f64,
+    profile: String,
+}
+
+async fn placement() {
     let seconds = env("BENCH_SECONDS", 10);
-    let concurrency = env("BENCH_CONCURRENCY", 32);
+    let clients: Vec<u64> = std::env::var("BENCH_CLIENTS")
+        .unwrap_or_else(|_| "8,32,128".into())
+        .split(',')
+        .filter_map(|c| c.trim().parse().ok())
+        .collect();
+    let admin_url = std::env::var(shopeasy_testkit::POSTGRES_VAR).unwrap();
+    let admin =
+        shopeasy_runtime::db::Database::connect_lazy(&admin_url, &Default::default()).unwrap();
+    let max_connections: i64 = sqlx::query_scalar::<_, String>("SHOW max_connections")
+        .fetch_one(admin.pool())
+        .await
+        .unwrap()
+        .parse()
+        .unwrap();
+    let scratch = shopeasy_testkit::postgres().await.unwrap();
+    pgbench(&["-q", "-i", "-s", "10", scratch.url()]).await;
+    println!(
+        "\n| clients | pgbench -N tps | unkeyed orders/s (p50 / p99 ms) | unkeyed ÷ pgbench | commits/order | keyed orders/s (p50 / p99 ms) | keyed ÷ pgbench | commits/order (order db) |\n|---|---|---|---|---|---|---|---|"
+    );
+    let mut profiles = Vec::new();
+    for &c in &clients {
+        // pgbench opens one connection per client: keep room for the others.
+        let pg_clients = c.min(u64::try_from(max_connections - 15).unwrap_or(1));
+        let tps = pgbench_tps(scratch.url(), pg_clients, seconds).await;
+        let unkeyed = run_orders(&admin, c, seconds, false).await;
+        let keyed = run_orders(&admin, c, seconds, true).await;
+        let capped = if pg_clients < c {
+            format!(" (-c {pg_clients}: max_connections {max_connections})")
+        } else {
+            String::new()
+        };
+        println!(
+            "| {c} | {tps:.0}{capped} | {:.0} ({:.1} / {:.1}){} | {:.1} % | {:.2} | {:.0} ({:.1} / {:.1}){} | {:.1} % | {:.2} ({:.2}) |",
+            unkeyed.orders_per_s,
+            unkeyed.p50_ms,
+            unkeyed.p99_ms,
+            failed(unkeyed.failed),
+            100.0 * unkeyed.orders_per_s / tps,
+            unkeyed.commits_per_order,
+            keyed.orders_per_s,
+            keyed.p50_ms,
+            keyed.p99_ms,
+            failed(keyed.failed),
+            100.0 * keyed.orders_per_s / tps,
+            keyed.commits_per_order,
+            keyed.order_db_commits_per_order,
+        );
+        profiles.push((c, "unkeyed", unkeyed.profile));
+        profiles.push((c, "keyed", keyed.profile));
+    }
+    println!("\nRows written per order, order database (pg_stat_user_tables: ins/upd/del):\n");
+    for (c, kind, profile) in profiles {
+        println!("- {c} clients, {kind}: {profile}");
+    }
+    println!();
+}
+
+fn failed(n: u64) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!(", {n} non-2xx")
+    }
+}
+
+async fn pgbench(args: &[&str]) -> String {
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new("pgbench")
+            .args(&args)
+            .output()
+            .expect("pgbench on PATH");
+        assert!(
+            out.status.success(),
+            "pgbench {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    })
+    .await
+    .unwrap()
+}
+
+/// `pgbench -N -M prepared` with `clients` for `seconds`: its tps.
+async fn pgbench_tps(url: &str, clients: u64, seconds: u64) -> f64 {
+    let (c, t) = (clients.to_string(), seconds.to_string());
+    let out = pgbench(&["-N", "-M", "prepared", "-c", &c, "-j", "2", "-T", &t, url]).await;
+    out.lines()
+        .find_map(|l| l.strip_prefix("tps = "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no tps in pgbench's output: {out}"))
+}
+
+/// `xact_commit` of the databases `names`, once no backend is connected to
+/// them (a backend's counts reach the statistics when it exits).
+async fn commits(admin: &shopeasy_runtime::db::Database, names: &[&str]) -> i64 {
+    let names: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+    let list = names.join(", ");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        let connected: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname IN ({list})"
+        )))
+        .fetch_one(admin.pool())
+        .await
+        .unwrap();
+        if connected == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT COALESCE(SUM(xact_commit), 0)::BIGINT FROM pg_stat_database WHERE datname IN ({list})"
+    )))
+    .fetch_one(admin.pool())
+    .await
+    .unwrap()
+}
+
+/// Inventory on `db_url` without admission control (the bare service).
+async fn bare_inventory(
+    db_url: &str,
+) -> (
+    shopeasy_runtime::lifecycle::Running,
+    shopeasy_inventory::Store,
+) {
+    let mut settings = shopeasy_inventory::InventorySettings {
+        service_token: shopeasy_runtime::settings::Secret::new(helpers::SERVICE_TOKEN),
+        ..Default::default()
+    };
+    settings.process.ephemeral();
+    settings.process.admission.enabled = false;
+    settings.storage.database_url = shopeasy_runtime::settings::SecretUrl::new(db_url);
+    let bound = shopeasy_runtime::lifecycle::Bound::<shopeasy_inventory::App>::build(settings)
+        .await
+        .unwrap();
+    let store = bound.service().store().clone();
+    (bound.start(), store)
+}
+
+/// `clients` closed-loop clients placing one-line orders for `seconds` on
+/// fresh databases, with or without a key each.
+async fn run_orders(
+    admin: &shopeasy_runtime::db::Database,
+    concurrency: u64,
+    seconds: u64,
+    keyed: bool,
+) -> Run {
     let inventory_db = shopeasy_testkit::postgres().await.unwrap();
     let order_db = shopeasy_testkit::postgres().await.unwrap();
-    let (inventory, store) = real_inventory(inventory_db.url()).await;
-    let url = format!("http://{}", inventory.local_addr());
+    // Inventory's stock is written before the baseline is read.
+    let (inventory, store) = bare_inventory(inventory_db.url()).await;
     let catalogue = FakeProduct::default();
     let products: Vec<Uuid> = (0..50).map(|_| Uuid::new_v4()).collect();
     for p in &products {
@@ -100,12 +266,30 @@ async fn throughput() {
             .await
             .unwrap();
     }
+    // Restart Inventory, so that the stocking's commits are flushed (its
+    // connections closed) before the baseline.
+    let _ = tokio::time::timeout(Duration::from_secs(15), inventory.stop()).await;
+    drop(store);
+    let (inventory, _store) = bare_inventory(inventory_db.url()).await;
+    let url = format!("http://{}", inventory.local_addr());
     let catalogue_server = catalogue.serve().await;
     let mut settings = test_settings(order_db.url(), &url, &catalogue_server.url());
     settings.resilience.inventory.timeout_seconds = Seconds::new(3.0);
     settings.resilience.product.timeout_seconds = Seconds::new(3.0);
     settings.resilience.stock_cache.ttl_seconds = Seconds::new(2.0);
+    settings.resilience.inventory.max_concurrency = 1000;
+    settings.resilience.product.max_concurrency = 1000;
     settings.storage.database.max_connections = 20;
+    settings.storage.database.acquire_timeout_seconds = Seconds::new(10.0);
+    settings.outbox.poll_interval_seconds = Seconds::new(1.0);
+    settings.process.admission.enabled = false;
+    // The baseline before any service connects: every count so far is
+    // flushed (the databases are new). What start-up adds (migrations, the
+    // pools, the first stock fetches) is in the figures: a few dozen
+    // commits against thousands of orders.
+    let names = [inventory_db.name(), order_db.name()];
+    let before_all = commits(admin, &names).await;
+    let before_order = commits(admin, &names[1..]).await;
     let app = TestApp::spawn(settings).await;
 
     let end = Instant::now() + Duration::from_secs(seconds);
@@ -119,10 +303,11 @@ async fn throughput() {
             while Instant::now() < end {
                 let p = products[(c as usize * 7 + i) % products.len()];
                 i += 1;
+                let key = format!("bench-{c}-{i}");
                 let started = Instant::now();
                 let res = app
                     .post_order(
-                        Some(&format!("bench-{c}-{i}")),
+                        keyed.then_some(key.as_str()),
                         &order_body("bench", &[(p, 1)]),
                     )
                     .await;
@@ -139,16 +324,49 @@ async fn throughput() {
     let results = futures::future::join_all(clients).await;
     let elapsed = started.elapsed();
     let mut all: Vec<Duration> = results.iter().flat_map(|(l, _)| l.clone()).collect();
-    let errors: u64 = results.iter().map(|(_, e)| e).sum();
+    let failed: u64 = results.iter().map(|(_, e)| e).sum();
     all.sort();
-    println!(
-        "| order placement, end to end on Postgres ({concurrency} clients, {seconds} s) | {:.0} orders/s, p50 {:.1} ms, p99 {:.1} ms, {errors} non-201 |",
-        all.len() as f64 / elapsed.as_secs_f64(),
-        percentile(&all, 0.5).as_secs_f64() * 1e3,
-        percentile(&all, 0.99).as_secs_f64() * 1e3,
-    );
     app.stop().await;
     let _ = tokio::time::timeout(Duration::from_secs(15), inventory.stop()).await;
+    drop(catalogue_server);
+    let after_all = commits(admin, &names).await;
+    let after_order = commits(admin, &names[1..]).await;
+    let tuples_after = tuples(order_db.url()).await;
+    let placed = all.len().max(1) as f64;
+    let profile = tuples_after
+        .iter()
+        .map(|(table, rows)| {
+            // The tables are new: every row counted is this run's.
+            let per = |i: usize| rows[i] as f64 / placed;
+            format!("{table} {:.2}/{:.2}/{:.2}", per(0), per(1), per(2))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    Run {
+        orders_per_s: all.len() as f64 / elapsed.as_secs_f64(),
+        p50_ms: percentile(&all, 0.5).as_secs_f64() * 1e3,
+        p99_ms: percentile(&all, 0.99).as_secs_f64() * 1e3,
+        failed,
+        commits_per_order: (after_all - before_all) as f64 / placed,
+        order_db_commits_per_order: (after_order - before_order) as f64 / placed,
+        profile,
+    }
+}
+
+/// Rows inserted/updated/deleted so far per table of the order database.
+async fn tuples(url: &str) -> Vec<(String, [i64; 3])> {
+    let db = shopeasy_runtime::db::Database::connect_lazy(url, &Default::default()).unwrap();
+    let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+        "SELECT relname::TEXT, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables \
+         WHERE relname IN ('orders', 'order_lines', 'outbox', 'idempotency_keys') ORDER BY relname",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    db.pool().close().await;
+    rows.into_iter()
+        .map(|(t, i, u, d)| (t, [i, u, d]))
+        .collect()
 }
 
 /// The order service on `settings`, after one order of `p` for

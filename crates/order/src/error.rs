@@ -45,6 +45,11 @@ pub enum Error {
         /// Seconds until it is worth retrying.
         retry_after: u64,
     },
+    /// This request's idempotency key was taken over by another request
+    /// (its lock ran out while it stalled): it wrote nothing (409
+    /// `request-in-progress`; the key answers once the other finishes).
+    #[error("the idempotency key was taken over by another request")]
+    KeyTakenOver,
     /// Inventory is unavailable and nothing cached can answer (503).
     #[error("inventory unavailable")]
     InventoryUnavailable,
@@ -75,6 +80,7 @@ impl From<StoreError> for Error {
             StoreError::Unavailable(e) => Self::DatabaseUnavailable(e),
             StoreError::NotFound => Self::NotFound,
             StoreError::Conflict => Self::NotCancellable,
+            StoreError::LockLost => Self::KeyTakenOver,
             StoreError::Internal(e) => Self::Internal(e),
         }
     }
@@ -125,6 +131,13 @@ impl Error {
                 "a request with this Idempotency-Key is still being processed",
             )
             .retry_after(*retry_after),
+            Self::KeyTakenOver => Problem::new(
+                StatusCode::CONFLICT,
+                "request-in-progress",
+                "Request in progress",
+                "another request with this Idempotency-Key took it over",
+            )
+            .retry_after(1),
             Self::InventoryUnavailable => Problem::unavailable(
                 "inventory is unavailable and no cached stock can answer",
                 RETRY_AFTER_SECONDS,

@@ -22,8 +22,8 @@ use crate::{
     domain::{NewOrder, Order, OrderRequest},
     error::Error,
     idempotency::{self, valid_key},
-    saga::{Orders, Placed},
-    store::StoredResponse,
+    saga::{MAX_PAGE, Orders, Placed},
+    store::{PageCursor, StoredResponse},
 };
 
 /// Largest accepted request body (SPEC §3).
@@ -76,8 +76,12 @@ async fn place(
         },
     };
     let request = NewOrder::parse(request).map_err(Error::Validation)?;
+    // The customer scopes the key; today it is the body's `customer_id`
+    // (identity will pass the token's `sub` here).
+    let customer = request.customer_id().to_owned();
     let reply = idempotency::place_once(
         &api.orders,
+        &customer,
         key.as_deref(),
         &request,
         deadline,
@@ -157,26 +161,67 @@ async fn show(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<Ord
     Ok(Json(api.orders.get(id).await?))
 }
 
+/// `GET /api/orders?customer_id=&limit=&cursor=`: `limit` 1..=100
+/// (default 100, as before paging), `cursor` the `next_cursor` of the page
+/// before.
 #[derive(Debug, Deserialize)]
 struct ListQuery {
     customer_id: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
 }
 
+/// A page of orders; `next_cursor` is absent on the last page.
 #[derive(Debug, Serialize)]
 struct OrderList {
     items: Vec<Order>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
 }
 
 async fn list(
     State(api): State<Api>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<OrderList>, Error> {
-    let customer = query
-        .customer_id
-        .filter(|c| !c.trim().is_empty())
-        .ok_or_else(|| Error::Validation(vec![FieldError::new("customer_id", "is required")]))?;
+    let mut errors = Vec::new();
+    let customer = query.customer_id.filter(|c| !c.trim().is_empty());
+    if customer.is_none() {
+        errors.push(FieldError::new("customer_id", "is required"));
+    }
+    let limit = match query.limit.as_deref().map(str::parse::<i64>) {
+        None => MAX_PAGE,
+        Some(Ok(n)) if (1..=MAX_PAGE).contains(&n) => n,
+        Some(_) => {
+            errors.push(FieldError::new(
+                "limit",
+                format!("must be an integer from 1 to {MAX_PAGE}"),
+            ));
+            0
+        }
+    };
+    let cursor = match query.cursor.as_deref().filter(|c| !c.is_empty()) {
+        None => None,
+        Some(c) => {
+            let parsed = PageCursor::parse(c);
+            if parsed.is_none() {
+                errors.push(FieldError::new(
+                    "cursor",
+                    "must be a next_cursor of an earlier page",
+                ));
+            }
+            parsed
+        }
+    };
+    let Some(customer) = customer.filter(|_| errors.is_empty()) else {
+        return Err(Error::Validation(errors));
+    };
+    let page = api
+        .orders
+        .of_customer(customer.trim(), limit, cursor.as_ref())
+        .await?;
     Ok(Json(OrderList {
-        items: api.orders.of_customer(customer.trim()).await?,
+        items: page.orders,
+        next_cursor: page.next.map(|c| c.encode()),
     }))
 }
 

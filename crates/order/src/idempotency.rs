@@ -1,17 +1,21 @@
 //! Idempotency keys for `POST /api/orders` (draft-ietf-httpapi-idempotency-
-//! key-header, and Stripe's "atomic phases").
+//! key-header, and Stripe's "atomic phases"), scoped to the customer: the
+//! same key from two customers is two keys.
 //!
-//! 1. **Claim**: the key row is inserted, locked by this request and
-//!    carrying the request's fingerprint — or the existing row decides: a
-//!    different fingerprint → 422 `idempotency-key-reused`; a finished
-//!    request → its response replayed byte for byte; a live lock → 409
-//!    `request-in-progress` + `Retry-After`; a lock that ran out (the
-//!    holder crashed) → taken over, resuming from its recovery point.
-//! 2. **Order created**: the order, its outbox row and the recovery point
-//!    `order_created` commit together (see [`crate::saga`]).
-//! 3. **Finished**: the response is stored and the key unlocked.
+//! 1. **Order created**: the key (locked by this request's lock token and
+//!    carrying the request's fingerprint), the order and its outbox row
+//!    commit together (see [`crate::saga`]). When the key exists, the row
+//!    decides instead: a different fingerprint → 422
+//!    `idempotency-key-reused`; a finished request → its response replayed
+//!    byte for byte; a live lock → 409 `request-in-progress` +
+//!    `Retry-After`; a lock that ran out (the holder crashed or stalled) →
+//!    taken over with a new token, resuming its order.
+//! 2. **Finished**: the response is stored and the key unlocked in the
+//!    transaction that records Inventory's answer — only if the request's
+//!    token still holds the key, so a holder that was taken over writes
+//!    nothing and answers what the key says.
 //!
-//! A failure before the order exists forgets the key (a retry starts
+//! A failure before the order exists leaves no key (a retry starts
 //! afresh); a failure after it unlocks the key (a retry resumes). Keys are
 //! kept for `idempotency.retention_seconds` (≥ 24 h) and then deleted by
 //! [`cleanup`].
@@ -24,8 +28,8 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     domain::{NewOrder, now_ms},
     error::Error,
-    saga::{Orders, Placed},
-    store::{Claim, Resume, StoredResponse},
+    saga::{Attempt, Keyed, Orders, Placed},
+    store::{Claim, KeyHold, StoredResponse},
 };
 
 /// Longest accepted key.
@@ -45,82 +49,59 @@ pub struct Reply {
     pub replayed: bool,
 }
 
-/// Places `request` at most once per `key`, storing the response `render`
-/// makes of the outcome so that a repeat gets the same bytes.
+/// Places `request` for `customer` at most once per (`customer`, `key`),
+/// storing the response `render` makes of the outcome so that a repeat
+/// gets the same bytes.
 ///
 /// # Errors
-/// [`Error::KeyReused`], [`Error::InProgress`], database failures while
-/// claiming the key, or a failpoint.
+/// [`Error::KeyReused`], [`Error::InProgress`], or a failpoint; every other
+/// outcome is a rendered response.
 pub async fn place_once(
     orders: &Orders,
+    customer: &str,
     key: Option<&str>,
     request: &NewOrder,
     deadline: Option<Deadline>,
     lock: Duration,
     render: fn(&Result<Placed, Error>) -> StoredResponse,
 ) -> Result<Reply, Error> {
-    let Some(key) = key else {
-        let outcome = orders.place(request, None, Resume::Start, deadline).await;
-        return Ok(Reply {
-            response: render(&outcome),
-            replayed: false,
-        });
+    let hold = key.map(|k| KeyHold::new(customer, k));
+    let fingerprint = if key.is_some() {
+        request.fingerprint()
+    } else {
+        String::new()
     };
-    let now = now_ms();
-    let lock_ms = i64::try_from(lock.as_millis()).unwrap_or(i64::MAX);
-    let resume = match orders
-        .store()
-        .claim_key(
-            key,
-            &request.fingerprint(),
-            now,
-            now.saturating_add(lock_ms),
-        )
-        .await?
-    {
-        Claim::Mismatch => return Err(Error::KeyReused),
-        Claim::InProgress { remaining_ms } => {
+    let keyed = hold.as_ref().map(|hold| Keyed {
+        hold,
+        fingerprint: &fingerprint,
+        lock,
+        render,
+    });
+    match orders.place(request, keyed, deadline).await {
+        Attempt::Key(Claim::Mismatch) => Err(Error::KeyReused),
+        Attempt::Key(Claim::InProgress { remaining_ms }) => {
             let secs = u64::try_from((remaining_ms + 999) / 1000).unwrap_or(1);
-            return Err(Error::InProgress {
+            Err(Error::InProgress {
                 retry_after: secs.clamp(1, 60),
-            });
+            })
         }
-        Claim::Replay(response) => {
+        Attempt::Key(Claim::Replay(response)) => {
             metrics::counter!("shopeasy_idempotency_replays_total").increment(1);
-            return Ok(Reply {
+            Ok(Reply {
                 response,
                 replayed: true,
-            });
+            })
         }
-        Claim::Acquired(resume) => resume,
-    };
-    let outcome = orders.place(request, Some(key), resume, deadline).await;
-    let definite = matches!(
-        &outcome,
-        Ok(_) | Err(Error::OutOfStock { order: Some(_), .. })
-    );
-    if let Err(Error::Failpoint(point)) = &outcome {
-        // A simulated crash: leave the key exactly as a crash would.
-        return Err(Error::Failpoint(*point));
+        Attempt::Key(Claim::Acquired(_)) => Err(Error::Internal(anyhow::anyhow!(
+            "an acquired key was not resumed"
+        ))),
+        // A simulated crash: the key is left exactly as a crash would.
+        Attempt::Ran(Err(Error::Failpoint(point))) => Err(Error::Failpoint(point)),
+        Attempt::Ran(outcome) => Ok(Reply {
+            response: render(&outcome),
+            replayed: false,
+        }),
     }
-    let response = render(&outcome);
-    if definite {
-        orders.store().finish_key(key, &response).await?;
-    } else {
-        // Nothing definite happened: let a retry start afresh (no order
-        // yet) or resume (order created). Both are conditional in SQL.
-        let store = orders.store();
-        if let Err(e) = store.forget_key(key).await {
-            tracing::warn!(error = %e, "could not forget idempotency key");
-        }
-        if let Err(e) = store.unlock_key(key).await {
-            tracing::warn!(error = %e, "could not unlock idempotency key");
-        }
-    }
-    Ok(Reply {
-        response,
-        replayed: false,
-    })
 }
 
 /// Deletes keys older than `retention` every `interval` until `shutdown`.

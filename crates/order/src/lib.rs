@@ -31,7 +31,9 @@
 //! `order_id`); one found by the stock check creates nothing. Failures
 //! before an order exists are not stored under the idempotency key (a retry
 //! runs again); every outcome after is. `GET /api/orders?customer_id=`
-//! answers `{"items": [Order]}`, newest first, at most 100. Cancelling a
+//! answers `{"items": [Order], "next_cursor"}`, newest first, `limit`
+//! 1..=100 (default 100), `cursor` the previous page's `next_cursor`
+//! (absent on the last page). Cancelling a
 //! `rejected` order is a 409 `not-cancellable`.
 
 pub mod catalog;
@@ -70,11 +72,18 @@ use crate::{
 
 /// The order database's migrations, embedded in the binary.
 pub fn migrator() -> sqlx::migrate::Migrator {
-    shopeasy_runtime::db::migrator(&[(
-        1,
-        "init",
-        include_str!("../../../migrations/order/0001_init.sql"),
-    )])
+    shopeasy_runtime::db::migrator(&[
+        (
+            1,
+            "init",
+            include_str!("../../../migrations/order/0001_init.sql"),
+        ),
+        (
+            2,
+            "scoped_fenced_keys",
+            include_str!("../../../migrations/order/0002_scoped_fenced_keys.sql"),
+        ),
+    ])
 }
 
 /// The binary's name.
@@ -118,15 +127,18 @@ impl App {
             lifecycle::connect_database("order", &settings.storage, &migrator(), admin).await?;
         let r = &settings.resilience;
         tracing::info!(policy = %r.describe(), "worst-case amplification");
-        let inventory = InventoryClient::new(
+        let inventory = InventoryClient::build(
             &settings.inventory.url,
+            &settings.inventory.service_token,
             &r.inventory,
             RetryBudget::new(r.budget()),
+            r.throttle.config(),
         )?;
-        let product = ProductClient::new(
+        let product = ProductClient::with_throttle(
             &settings.product.url,
             &r.product,
             RetryBudget::new(r.budget()),
+            r.throttle.config(),
         )?;
         let stock_cache = StockCache::new(
             Arc::new(inventory.clone()),
@@ -155,8 +167,16 @@ impl App {
             .breaker(product.breaker())
             .budget(clients::inventory::TARGET, inventory.budget())
             .budget(clients::product::TARGET, product.budget())
+            .register("throttles", clients::inventory::TARGET, {
+                let t = inventory.throttle().clone();
+                move || t.snapshot()
+            })
+            .register("throttles", clients::product::TARGET, {
+                let t = product.throttle().clone();
+                move || t.snapshot()
+            })
             .cache("stock", stock_cache.layer());
-        for section in ["circuit_breakers", "retry_budgets", "caches"] {
+        for section in ["circuit_breakers", "retry_budgets", "throttles", "caches"] {
             let registry = registry.clone();
             admin.report(section, move || registry.snapshot()[section].clone());
         }
@@ -225,7 +245,14 @@ impl Service for App {
             workers.clone(),
         ));
         let router = http::router(self.orders.clone(), s.idempotency.lock_seconds.get());
-        let served = lifecycle::serve(public, router, shutdown, Self::DRAIN).await;
+        let served = lifecycle::serve_admitted(
+            public,
+            router,
+            lifecycle::admission(),
+            shutdown,
+            Self::DRAIN,
+        )
+        .await;
         workers.cancel();
         let _ = tokio::join!(outbox, cleanup);
         served?;

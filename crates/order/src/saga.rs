@@ -1,14 +1,24 @@
 //! Placing and cancelling orders: the saga of FAULTS.md, as plain async
 //! code over the storage and the two ports (catalogue, inventory).
 //!
-//! Placing an order:
+//! Placing an order takes three commits, whatever the outcome:
 //! 1. price every line (Product) and check stock (the stale-serving stock
-//!    cache): unknown product → 404, short → 409, no answer → 503;
-//! 2. in one transaction: the order `pending`, its `reserve` outbox row
-//!    (leased to this request) and the idempotency key's recovery point;
-//! 3. `ReserveStock(reservation_id = order id)`: reserved → `confirmed`
-//!    (201); short → `rejected` (409); no answer → the row is handed to the
-//!    outbox worker and the order stays `pending` (202).
+//!    cache): unknown product → 404, short → 409, no answer → 503 — with a
+//!    key, an existing key decides first (replay, 409, 422, or resume);
+//! 2. **(a)** in one transaction: the idempotency key (held by this
+//!    request's lock token), the order `pending` and its `reserve` outbox
+//!    row (leased to this request);
+//! 3. **(b)** `ReserveStock(reservation_id = order id)` at Inventory;
+//! 4. **(c)** in one transaction: reserved → `confirmed` (201), short →
+//!    `rejected` (409), with the outbox row removed and the response stored
+//!    under the key (fenced: only if this request still holds it); no
+//!    answer → the row handed to the outbox worker and the `pending` (202)
+//!    response stored.
+//!
+//! When Inventory's circuit is open, or the stock check has just found
+//! Inventory unavailable (it answered from a stale copy), (a) writes the
+//! row due for the worker and the 202 response at once: one commit, one
+//! timeout at most.
 //!
 //! Cancelling writes `cancelled` and a `release` row in one transaction,
 //! then calls `ReleaseStock` (idempotent); the worker finishes what a
@@ -30,7 +40,10 @@ use crate::{
     error::Error,
     failpoints::{Failpoint, Failpoints},
     stock::{Reservations, Reserved, StockError, StockSource},
-    store::{Action, FirstTry, Resume, Store, Task},
+    store::{
+        Action, Claim, Created, FirstTry, KeyHold, NewKey, Page, PageCursor, Resume, Store,
+        StoredResponse, Task,
+    },
 };
 
 /// The answer to a successful `POST /api/orders`.
@@ -42,19 +55,55 @@ pub enum Placed {
     Pending(Order),
 }
 
-/// Inventory's answer to a reservation, once recorded.
+/// A keyed request: its hold on the key, the request's fingerprint, how
+/// long it locks the key, and how an outcome is rendered for storage (the
+/// bytes a replay sends).
+#[derive(Debug, Clone, Copy)]
+pub struct Keyed<'a> {
+    /// The holder (customer, key, lock token).
+    pub hold: &'a KeyHold,
+    /// The fingerprint of the canonical request.
+    pub fingerprint: &'a str,
+    /// How long the key stays locked by this request.
+    pub lock: Duration,
+    /// Renders an outcome as the response to store.
+    pub render: fn(&Result<Placed, Error>) -> StoredResponse,
+}
+
+impl<'a> Keyed<'a> {
+    fn new_key(self) -> NewKey<'a> {
+        let now = now_ms();
+        NewKey {
+            hold: self.hold,
+            fingerprint: self.fingerprint,
+            now,
+            lock_until: now.saturating_add(millis(self.lock)),
+        }
+    }
+
+    fn stored(self, outcome: &Result<Placed, Error>) -> (&'a KeyHold, StoredResponse) {
+        (self.hold, (self.render)(outcome))
+    }
+}
+
+/// What a placement came to.
+#[derive(Debug)]
+pub enum Attempt {
+    /// This request ran; a definite outcome is stored under its key.
+    Ran(Result<Placed, Error>),
+    /// The key decided without running: a replay, in progress, or a
+    /// mismatch.
+    Key(Claim),
+}
+
+/// Inventory's answer to the outbox worker's reservation, once recorded.
 #[derive(Debug)]
 enum Reservation {
-    /// Reserved; `status` is the order's status afterwards (`confirmed`,
-    /// or `cancelled` if it was cancelled meanwhile), as of `at`.
-    Confirmed {
-        /// The order's status after recording.
-        status: OrderStatus,
-        /// When it was recorded (milliseconds).
-        at: i64,
-    },
-    /// Refused for these shortages: the order is `rejected`.
-    Rejected(Vec<Shortage>),
+    /// Reserved: the order is `confirmed` (or stays `cancelled`, with a
+    /// `release` row, if it was cancelled meanwhile).
+    Confirmed,
+    /// Refused for shortages: the order is `rejected`.
+    Rejected,
     /// No answer: the reservation waits for the outbox.
     Deferred(StockError),
 }
@@ -109,144 +158,320 @@ impl Orders {
         &self.store
     }
 
-    /// Places `request`; with `key`, records progress on the idempotency
-    /// key the caller holds, and resumes from `resume`.
-    ///
-    /// # Errors
-    /// The problems of SPEC §3 (unknown product, out of stock, dependency
-    /// unavailable), database failures, or a failpoint.
+    /// Places `request`; with `key`, at most once per key (see the module
+    /// docs for the three commits).
     pub async fn place(
         &self,
         request: &NewOrder,
-        key: Option<&str>,
-        resume: Resume,
+        key: Option<Keyed<'_>>,
         deadline: Option<Deadline>,
-    ) -> Result<Placed, Error> {
-        let (order, task, deferred) = match resume {
-            Resume::OrderCreated(id) => {
-                let order = self.store.order(id).await?.ok_or(Error::NotFound)?;
-                match order.status {
-                    OrderStatus::Pending => (order, None, false),
-                    OrderStatus::Rejected => {
-                        return Err(Error::OutOfStock {
-                            shortages: self.store.shortages(id).await?,
-                            order: Some(id),
-                        });
-                    }
-                    OrderStatus::Confirmed | OrderStatus::Cancelled => {
-                        return Ok(Placed::Confirmed(order));
-                    }
+    ) -> Attempt {
+        match self.run(request, key, deadline).await {
+            Ok(attempt) => attempt,
+            Err(Error::KeyTakenOver) if key.is_some() => {
+                // This request stalled past its lock and another took the
+                // key over: it wrote nothing; the key answers.
+                let hold = key.map(|k| k.hold);
+                match self.key_state(hold).await {
+                    Ok(claim) => Attempt::Key(claim),
+                    Err(e) => Attempt::Ran(Err(e)),
                 }
             }
-            Resume::Start => {
-                let order = self.price_and_check(request, deadline).await?;
-                let now = order.created_at;
-                // While Inventory's circuit is open a reservation would be
-                // refused anyway: the order goes to the outbox in the same
-                // commit, with no second write and no call.
-                let deferred = self.ports.reservations.is_refusing();
-                let first = if deferred {
-                    FirstTry::Worker {
-                        at: now + millis(self.timings.initial_backoff),
-                    }
-                } else {
-                    FirstTry::Caller {
-                        lease_until: now + millis(self.timings.lease),
-                    }
-                };
-                let task = self.store.create_order(&order, key, first).await?;
-                metrics::counter!("shopeasy_orders_created_total").increment(1);
-                (order, Some(task), deferred)
-            }
-        };
-        self.failpoints
-            .check(Failpoint::AfterOrderCommit)
-            .map_err(Error::Failpoint)?;
-        if deferred {
-            tracing::info!(order = %order.id, "inventory's circuit is open: reservation handed to the outbox");
-            return Ok(Placed::Pending(order));
-        }
-        match self
-            .reserve(&order, deadline, Some(Failpoint::AfterReserve))
-            .await?
-        {
-            Reservation::Confirmed { status, at } => {
-                let order = if status == OrderStatus::Confirmed {
-                    Order {
-                        status,
-                        updated_at: at,
-                        ..order
-                    }
-                } else {
-                    // Cancelled meanwhile: answer what is stored.
-                    self.store.order(order.id).await?.ok_or(Error::NotFound)?
-                };
-                Ok(Placed::Confirmed(order))
-            }
-            Reservation::Rejected(shortages) => Err(Error::OutOfStock {
-                shortages,
-                order: Some(order.id),
-            }),
-            Reservation::Deferred(e) => {
-                tracing::info!(order = %order.id, error = %e, "reservation deferred to the outbox");
-                if let Some(task) = task {
-                    // Hand the row to the worker without making the caller
-                    // wait: if this update is lost (a crash), the request's
-                    // lease runs out and the worker takes the row anyway.
+            Err(e) => {
+                if let Some(k) = key
+                    && matches!(
+                        e,
+                        Error::DatabaseUnavailable(_)
+                            | Error::Internal(_)
+                            | Error::NotFound
+                            | Error::DeadlineExceeded
+                    )
+                {
+                    // Nothing definite happened after the order was created:
+                    // let a retry resume at once (fenced: only our own lock).
+                    // Off the answer's path: after a database failure this
+                    // write waits out the same pool timeout, and the caller
+                    // must not pay it twice (the lock expires regardless).
                     let store = self.store.clone();
-                    let next = now_ms() + millis(self.timings.initial_backoff);
+                    let hold = k.hold.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = store.retry_later(&task, next).await {
-                            tracing::warn!(error = %e, "outbox hand-over failed; the lease will run out");
+                        if let Err(e) = store.unlock_key(&hold).await {
+                            tracing::warn!(error = %e, "could not unlock idempotency key");
                         }
                     });
                 }
-                Ok(Placed::Pending(order))
+                Attempt::Ran(Err(e))
             }
         }
     }
 
-    /// Asks Inventory to reserve `order`'s stock and records a definite
-    /// answer (the one step the request and the outbox worker share); with
-    /// `after_reserve`, that failpoint is checked between the two, where a
-    /// crash leaves stock reserved for a `pending` order.
-    async fn reserve(
+    async fn key_state(&self, hold: Option<&KeyHold>) -> Result<Claim, Error> {
+        let hold = hold.ok_or_else(|| anyhow::anyhow!("no key"))?;
+        Ok(self.store.key_state(hold, now_ms()).await?)
+    }
+
+    /// [`Self::place`]'s steps; `Err` is an outcome of this request.
+    async fn run(
         &self,
-        order: &Order,
+        request: &NewOrder,
+        key: Option<Keyed<'_>>,
         deadline: Option<Deadline>,
-        after_reserve: Option<Failpoint>,
-    ) -> Result<Reservation, Error> {
-        match self
+    ) -> Result<Attempt, Error> {
+        let (order, inventory_down) = match self.price_and_check(request, deadline).await {
+            Ok(priced) => priced,
+            Err(e) => {
+                // Nothing was created, but an existing key decides first: a
+                // replay or a resumed order must not depend on Product or
+                // the stock check (only failing requests pay this read).
+                if let Some(k) = key {
+                    match self.store.claim_existing(&k.new_key()).await {
+                        Ok(Some(Claim::Acquired(Resume::OrderCreated(id)))) => {
+                            return self.resume(id, k, deadline).await.map(ran);
+                        }
+                        Ok(Some(claim)) => return Ok(Attempt::Key(claim)),
+                        Ok(None) => {}
+                        Err(db) => tracing::warn!(error = %db, "idempotency key lookup failed"),
+                    }
+                }
+                return Err(e);
+            }
+        };
+        let now = order.created_at;
+        // While Inventory's circuit is open, or the stock check has just
+        // waited out Inventory's timeout and answered from a stale copy, a
+        // reservation would be refused or wait a second timeout: the order
+        // goes to the outbox in the same commit, with no call.
+        let refusing = self.ports.reservations.is_refusing();
+        let deferred = refusing || inventory_down;
+        let first = if deferred {
+            FirstTry::Worker {
+                at: now + millis(self.timings.initial_backoff),
+            }
+        } else {
+            FirstTry::Caller {
+                lease_until: now + millis(self.timings.lease),
+            }
+        };
+        self.failpoints.pause(Failpoint::BeforeOrderCommit).await;
+        let new_key = key.map(|k| k.new_key());
+        let known = match key {
+            Some(k) if deferred => Some((k.render)(&Ok(Placed::Pending(order.clone())))),
+            _ => None,
+        };
+        // Commit (a).
+        let task = match self
+            .store
+            .create_order(&order, new_key.as_ref(), first, known.as_ref())
+            .await?
+        {
+            Created::Order(task) => task,
+            Created::Existing(Claim::Acquired(Resume::OrderCreated(id))) => {
+                let k = key.ok_or_else(|| anyhow::anyhow!("a key decided an unkeyed order"))?;
+                return self.resume(id, k, deadline).await.map(ran);
+            }
+            Created::Existing(claim) => return Ok(Attempt::Key(claim)),
+        };
+        metrics::counter!("shopeasy_orders_created_total").increment(1);
+        self.failpoints
+            .check(Failpoint::AfterOrderCommit)
+            .map_err(Error::Failpoint)?;
+        self.failpoints.pause(Failpoint::AfterOrderCommit).await;
+        if deferred {
+            if refusing {
+                tracing::info!(order = %order.id, "inventory's circuit is open: reservation handed to the outbox");
+            } else {
+                tracing::info!(order = %order.id, "the stock check found inventory unavailable: reservation handed to the outbox");
+            }
+            return Ok(ran(Placed::Pending(order)));
+        }
+        self.reserve_and_finish(order, Some(task), key, deadline)
+            .await
+            .map(ran)
+    }
+
+    /// Resumes the order a key holder created before it stopped (crashed,
+    /// or stalled past its lock): reserve if still `pending`, else answer
+    /// what is stored; either way the response is stored under the key.
+    async fn resume(
+        &self,
+        id: Uuid,
+        key: Keyed<'_>,
+        deadline: Option<Deadline>,
+    ) -> Result<Placed, Error> {
+        let order = self.store.order(id).await?.ok_or(Error::NotFound)?;
+        if order.status == OrderStatus::Pending {
+            return self
+                .reserve_and_finish(order, None, Some(key), deadline)
+                .await;
+        }
+        self.answer_stored(id, Some(key)).await
+    }
+
+    /// Answers what is stored for order `id` (another writer got there
+    /// first), storing it under the key.
+    async fn answer_stored(&self, id: Uuid, key: Option<Keyed<'_>>) -> Result<Placed, Error> {
+        let order = self.store.order(id).await?.ok_or(Error::NotFound)?;
+        let outcome = match order.status {
+            OrderStatus::Pending => Ok(Placed::Pending(order)),
+            OrderStatus::Rejected => Err(Error::OutOfStock {
+                shortages: self.store.shortages(id).await?,
+                order: Some(id),
+            }),
+            OrderStatus::Confirmed | OrderStatus::Cancelled => Ok(Placed::Confirmed(order)),
+        };
+        if let Some(k) = key {
+            let (hold, response) = k.stored(&outcome);
+            self.store.finish_key(hold, &response).await?;
+        }
+        outcome
+    }
+
+    /// Commits (b) and (c) of a request: reserve at Inventory, then record
+    /// the answer and store the response in one transaction. `task` is the
+    /// outbox row this request leased in (a) (none when resuming).
+    async fn reserve_and_finish(
+        &self,
+        order: Order,
+        task: Option<Task>,
+        key: Option<Keyed<'_>>,
+        deadline: Option<Deadline>,
+    ) -> Result<Placed, Error> {
+        let answer = self
             .ports
             .reservations
             .reserve(order.id, order.stock_lines(), deadline)
+            .await;
+        let answer = match answer {
+            Ok(Reserved::Yes) if self.failpoints.check(Failpoint::ReserveAnswerLost).is_err() => {
+                Err(StockError::Unavailable(
+                    "failpoint: the answer was lost".into(),
+                ))
+            }
+            other => other,
+        };
+        let id = order.id;
+        match answer {
+            Ok(Reserved::Yes) => {
+                self.failpoints
+                    .check(Failpoint::AfterReserve)
+                    .map_err(Error::Failpoint)?;
+                self.failpoints.pause(Failpoint::AfterReserve).await;
+                let at = now_ms();
+                let placed = Placed::Confirmed(Order {
+                    status: OrderStatus::Confirmed,
+                    updated_at: at,
+                    ..order
+                });
+                let outcome = Ok(placed);
+                let stored = key.map(|k| k.stored(&outcome));
+                // Commit (c).
+                let recorded = self
+                    .store
+                    .finish_reservation(id, None, at, stored.as_ref().map(|(h, r)| (*h, r)))
+                    .await?;
+                self.failpoints
+                    .check(Failpoint::AfterFinalCommit)
+                    .map_err(Error::Failpoint)?;
+                if recorded.key_finished
+                    || (key.is_none() && recorded.status == OrderStatus::Confirmed)
+                {
+                    outcome
+                } else {
+                    // Cancelled meanwhile, or recorded by the worker first:
+                    // answer what is stored.
+                    self.answer_stored(id, key).await
+                }
+            }
+            Ok(Reserved::Insufficient(shortages)) => {
+                let outcome = Err(Error::OutOfStock {
+                    shortages: shortages.clone(),
+                    order: Some(id),
+                });
+                let stored = key.map(|k| k.stored(&outcome));
+                let recorded = self
+                    .store
+                    .finish_reservation(
+                        id,
+                        Some(&shortages),
+                        now_ms(),
+                        stored.as_ref().map(|(h, r)| (*h, r)),
+                    )
+                    .await?;
+                self.failpoints
+                    .check(Failpoint::AfterFinalCommit)
+                    .map_err(Error::Failpoint)?;
+                if recorded.key_finished || key.is_none() {
+                    outcome
+                } else {
+                    self.answer_stored(id, key).await
+                }
+            }
+            Err(e) => {
+                tracing::info!(order = %id, error = %e, "reservation deferred to the outbox");
+                let outcome = Ok(Placed::Pending(order));
+                let next = now_ms() + millis(self.timings.initial_backoff);
+                match (task, key) {
+                    (Some(task), Some(k)) => {
+                        let (hold, response) = k.stored(&outcome);
+                        self.store
+                            .hand_over(&task, next, Some((hold, &response)))
+                            .await?;
+                    }
+                    (Some(task), None) => {
+                        // Hand the row to the worker without making the
+                        // caller wait: if this update is lost (a crash), the
+                        // request's lease runs out and the worker takes the
+                        // row anyway.
+                        let store = self.store.clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = store.retry_later(&task, next).await {
+                                tracing::warn!(error = %e, "outbox hand-over failed; the lease will run out");
+                            }
+                        });
+                    }
+                    (None, Some(k)) => {
+                        let (hold, response) = k.stored(&outcome);
+                        self.store.finish_key(hold, &response).await?;
+                    }
+                    (None, None) => {}
+                }
+                outcome
+            }
+        }
+    }
+
+    /// The outbox worker's reservation: asks Inventory to reserve `order`'s
+    /// stock and records a definite answer.
+    async fn reserve(&self, order: &Order) -> Result<Reservation, Error> {
+        match self
+            .ports
+            .reservations
+            .reserve(order.id, order.stock_lines(), None)
             .await
         {
             Ok(Reserved::Yes) => {
-                if let Some(point) = after_reserve {
-                    self.failpoints.check(point).map_err(Error::Failpoint)?;
-                }
                 let at = now_ms();
-                let status = self.store.record_reservation(order.id, None, at).await?;
-                Ok(Reservation::Confirmed { status, at })
+                self.store.record_reservation(order.id, None, at).await?;
+                Ok(Reservation::Confirmed)
             }
             Ok(Reserved::Insufficient(shortages)) => {
                 self.store
                     .record_reservation(order.id, Some(&shortages), now_ms())
                     .await?;
-                Ok(Reservation::Rejected(shortages))
+                Ok(Reservation::Rejected)
             }
             Err(e) => Ok(Reservation::Deferred(e)),
         }
     }
 
     /// Prices every line and checks stock, concurrently per line; builds
-    /// the `pending` order.
+    /// the `pending` order, and says whether the stock check just found
+    /// Inventory unavailable (some answer is a stale copy).
     async fn price_and_check(
         &self,
         request: &NewOrder,
         deadline: Option<Deadline>,
-    ) -> Result<Order, Error> {
+    ) -> Result<(Order, bool), Error> {
         let items = request.items();
         let (prices, stock) = futures::join!(
             join_all(
@@ -257,7 +482,7 @@ impl Orders {
             join_all(
                 items
                     .iter()
-                    .map(|l| self.ports.stock.available(l.product_id, deadline))
+                    .map(|l| self.ports.stock.check(l.product_id, deadline))
             ),
         );
         let mut unknown = Vec::new();
@@ -281,9 +506,13 @@ impl Orders {
             return Err(Error::UnknownProducts(unknown));
         }
         let mut shortages = Vec::new();
+        let mut inventory_down = false;
         for (line, available) in items.iter().zip(stock) {
             let available = match available {
-                Ok(n) => n.unwrap_or(0),
+                Ok(answer) => {
+                    inventory_down |= answer.inventory_unavailable;
+                    answer.available.unwrap_or(0)
+                }
                 Err(StockError::DeadlineExceeded) => return Err(Error::DeadlineExceeded),
                 Err(StockError::Unavailable(reason)) => {
                     tracing::warn!(%reason, product = %line.product_id, "no stock answer");
@@ -305,7 +534,7 @@ impl Orders {
             });
         }
         let now = now_ms();
-        Ok(Order {
+        let order = Order {
             id: Uuid::now_v7(),
             customer_id: request.customer_id().to_owned(),
             status: OrderStatus::Pending,
@@ -316,7 +545,8 @@ impl Orders {
             items: lines,
             created_at: now,
             updated_at: now,
-        })
+        };
+        Ok((order, inventory_down))
     }
 
     /// One order.
@@ -327,12 +557,21 @@ impl Orders {
         self.store.order(id).await?.ok_or(Error::NotFound)
     }
 
-    /// The customer's latest orders (at most 100), newest first.
+    /// A page of the customer's orders (at most `limit`, capped at
+    /// [`MAX_PAGE`]), newest first, continuing after `after`.
     ///
     /// # Errors
     /// Database failures.
-    pub async fn of_customer(&self, customer_id: &str) -> Result<Vec<Order>, Error> {
-        Ok(self.store.orders_of(customer_id, 100).await?)
+    pub async fn of_customer(
+        &self,
+        customer_id: &str,
+        limit: i64,
+        after: Option<&PageCursor>,
+    ) -> Result<Page, Error> {
+        Ok(self
+            .store
+            .orders_of(customer_id, limit.clamp(1, MAX_PAGE), after)
+            .await?)
     }
 
     /// Cancels an order and releases its stock. Idempotent: cancelling a
@@ -393,9 +632,9 @@ impl Orders {
                 let Some(order) = order.filter(|o| o.status == OrderStatus::Pending) else {
                     return Ok(self.store.finish_task(task).await?);
                 };
-                let (outcome, deferred) = match self.reserve(&order, None, None).await? {
-                    Reservation::Confirmed { .. } => ("confirmed", None),
-                    Reservation::Rejected(_) => ("rejected", None),
+                let (outcome, deferred) = match self.reserve(&order).await? {
+                    Reservation::Confirmed => ("confirmed", None),
+                    Reservation::Rejected => ("rejected", None),
                     Reservation::Deferred(e) => ("deferred", Some(e)),
                 };
                 metrics::counter!("shopeasy_outbox_processed_total", "outcome" => outcome)
@@ -423,6 +662,13 @@ impl Orders {
         let retry = u32::try_from(attempts.saturating_sub(1)).unwrap_or(0);
         millis(backoff.delay(retry, Duration::ZERO, &mut rand::rng()))
     }
+}
+
+/// Most orders on one page of a customer's list.
+pub const MAX_PAGE: i64 = 100;
+
+fn ran(placed: Placed) -> Attempt {
+    Attempt::Ran(Ok(placed))
 }
 
 fn millis(d: Duration) -> i64 {
@@ -533,10 +779,10 @@ mod tests {
 
     /// Places [`request`] and expects it handed to the worker (`pending`).
     async fn place_pending(orders: &Orders) -> Order {
-        let placed = orders
-            .place(&request(), None, Resume::Start, None)
-            .await
-            .unwrap();
+        let Attempt::Ran(placed) = orders.place(&request(), None, None).await else {
+            panic!("an unkeyed order is never decided by a key")
+        };
+        let placed = placed.unwrap();
         let Placed::Pending(order) = placed else {
             panic!("{placed:?}")
         };

@@ -7,6 +7,7 @@ use shopeasy_resilience::{
     budget::BudgetConfig,
     edge::EdgeConfig,
     plan::{HopPolicy, Plan},
+    throttle::ThrottleConfig,
 };
 use shopeasy_runtime::redis_guard::RedisGuardSettings;
 use shopeasy_runtime::settings::{
@@ -31,8 +32,9 @@ pub struct OrderSettings {
     pub redis: RedisSettings,
     /// Bearer token of the admin surface.
     pub admin_token: Secret,
-    /// Where Inventory listens (gRPC).
-    pub inventory: UpstreamSettings,
+    /// Where Inventory listens (gRPC), and the service credential its
+    /// `ReserveStock`/`ReleaseStock` require.
+    pub inventory: InventoryUpstreamSettings,
     /// Where Product listens (HTTP).
     pub product: UpstreamSettings,
     /// Timeouts, retries, breakers, bulkheads and the stock cache.
@@ -50,8 +52,9 @@ impl Default for OrderSettings {
             storage: DatabaseSettings::sqlite("order"),
             redis: RedisSettings::default(),
             admin_token: Secret::default(),
-            inventory: UpstreamSettings {
+            inventory: InventoryUpstreamSettings {
                 url: topology::INVENTORY.local_url(),
+                service_token: Secret::default(),
             },
             product: UpstreamSettings {
                 url: topology::PRODUCT.local_url(),
@@ -71,6 +74,18 @@ pub struct UpstreamSettings {
     pub url: String,
 }
 
+/// Inventory's address and the credential order calls it with.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(default)]
+pub struct InventoryUpstreamSettings {
+    /// Base URL (`http://host:port`).
+    pub url: String,
+    /// Bearer token sent with `ReserveStock` and `ReleaseStock`
+    /// (`INVENTORY__SERVICE_TOKEN`): Inventory's `service_token`. Empty:
+    /// none is sent, and Inventory refuses to move stock.
+    pub service_token: Secret,
+}
+
 /// `resilience.*`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(default)]
@@ -81,8 +96,56 @@ pub struct ResilienceSettings {
     pub product: EdgeSettings,
     /// The retry budget, one per downstream target.
     pub retry_budget: RetryBudgetSettings,
+    /// Client-side adaptive throttling, one throttle per downstream target.
+    pub throttle: ThrottleSettings,
     /// The stale-serving stock cache.
     pub stock_cache: StockCacheSettings,
+}
+
+/// `resilience.throttle.*`: the SRE book's client-side adaptive throttling
+/// (`shopeasy_resilience::throttle`) of both edges, each with its own
+/// counts. Shared keys, like the retry budget's: the rule is the same for
+/// every callee, only its state is per target.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct ThrottleSettings {
+    /// `K`: a callee refusing for overload still sees about `K` × what it
+    /// accepts; the rest is refused locally.
+    pub k: f64,
+    /// How far back requests and accepts are counted.
+    pub window_seconds: Seconds,
+    /// Below this many requests in the window nothing is refused.
+    pub min_requests: u32,
+}
+
+impl Default for ThrottleSettings {
+    fn default() -> Self {
+        let d = ThrottleConfig::default();
+        Self {
+            k: d.k,
+            window_seconds: Seconds::new(d.window.as_secs_f64()),
+            min_requests: u32::try_from(d.min_requests).unwrap_or(u32::MAX),
+        }
+    }
+}
+
+impl ThrottleSettings {
+    /// The throttle of each client stack.
+    pub fn config(&self) -> ThrottleConfig {
+        ThrottleConfig {
+            k: self.k,
+            window: self.window_seconds.get(),
+            min_requests: u64::from(self.min_requests),
+        }
+    }
+
+    fn validate(&self, prefix: &str, v: &mut Validator) {
+        v.within(prefix, |v| {
+            v.ratio("k", self.k, 1.0..=100.0);
+            v.seconds("window_seconds", self.window_seconds, 1.0..=3600.0);
+            v.number("min_requests", self.min_requests, 0..=100_000);
+        });
+    }
 }
 
 /// The resilience of one outbound edge (SPEC §5).
@@ -239,6 +302,7 @@ impl ResilienceSettings {
         self.inventory.validate("resilience.inventory", v);
         self.product.validate("resilience.product", v);
         self.retry_budget.validate("resilience.retry_budget", v);
+        self.throttle.validate("resilience.throttle", v);
         let c = &self.stock_cache;
         let seconds = [
             ("ttl_seconds", c.ttl_seconds, 0.001..=3600.0),

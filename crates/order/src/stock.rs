@@ -39,6 +39,17 @@ pub enum Reserved {
     Insufficient(Vec<Shortage>),
 }
 
+/// A stock check's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StockAnswer {
+    /// Units available; `None` when Inventory has no record of the product.
+    pub available: Option<i64>,
+    /// True when Inventory was just found unavailable and this answer is a
+    /// stale copy: a reservation now would most likely wait out a second
+    /// timeout, so the saga hands the order to the outbox instead.
+    pub inventory_unavailable: bool,
+}
+
 /// Units available per product.
 ///
 /// Every method takes the caller's deadline (`None`: no caller waiting, as
@@ -51,6 +62,23 @@ pub trait StockSource: Send + Sync + fmt::Debug + 'static {
         product: Uuid,
         deadline: Option<Deadline>,
     ) -> BoxFuture<'_, Result<Option<i64>, StockError>>;
+
+    /// [`Self::available`], saying whether the answer is a stale copy
+    /// because Inventory just failed (a source without copies never says
+    /// so).
+    fn check(
+        &self,
+        product: Uuid,
+        deadline: Option<Deadline>,
+    ) -> BoxFuture<'_, Result<StockAnswer, StockError>> {
+        let available = self.available(product, deadline);
+        Box::pin(async move {
+            Ok(StockAnswer {
+                available: available.await?,
+                inventory_unavailable: false,
+            })
+        })
+    }
 }
 
 /// Reserving and releasing stock for an order.

@@ -34,7 +34,7 @@ use uuid::Uuid;
 use crate::{
     domain::now_ms,
     settings::StockCacheSettings,
-    stock::{StockError, StockSource},
+    stock::{StockAnswer, StockError, StockSource},
 };
 
 /// The metric prefix: `shopeasy_stock_cache_requests_total{result}`.
@@ -119,15 +119,26 @@ impl StockCache {
     }
 
     /// Layer 1; when Inventory is unavailable and layer 1 has nothing
-    /// usable, a stale Redis copy (see the module docs).
+    /// usable, a stale Redis copy (see the module docs). A stale answer says
+    /// that Inventory was just found unavailable.
     async fn lookup(
         &self,
         product: Uuid,
         deadline: Option<Deadline>,
-    ) -> Result<Option<i64>, StockError> {
+    ) -> Result<StockAnswer, StockError> {
         let e = match self.cache.get(product, deadline).await {
-            Ok(cached) => return Ok(Some(cached.value)),
-            Err(CacheError::NotFound) => return Ok(None),
+            Ok(cached) => {
+                return Ok(StockAnswer {
+                    available: Some(cached.value),
+                    inventory_unavailable: cached.stale,
+                });
+            }
+            Err(CacheError::NotFound) => {
+                return Ok(StockAnswer {
+                    available: None,
+                    inventory_unavailable: false,
+                });
+            }
             Err(e) => e,
         };
         if e.is_unavailable()
@@ -137,7 +148,10 @@ impl StockCache {
         {
             metrics::counter!("shopeasy_stock_cache_l2_requests_total", "result" => "stale")
                 .increment(1);
-            return Ok(Some(value));
+            return Ok(StockAnswer {
+                available: Some(value),
+                inventory_unavailable: true,
+            });
         }
         Err(StockError::Unavailable(e.to_string()))
     }
@@ -149,6 +163,14 @@ impl StockSource for StockCache {
         product: Uuid,
         deadline: Option<Deadline>,
     ) -> BoxFuture<'_, Result<Option<i64>, StockError>> {
+        Box::pin(async move { Ok(self.lookup(product, deadline).await?.available) })
+    }
+
+    fn check(
+        &self,
+        product: Uuid,
+        deadline: Option<Deadline>,
+    ) -> BoxFuture<'_, Result<StockAnswer, StockError>> {
         Box::pin(self.lookup(product, deadline))
     }
 }

@@ -1,6 +1,6 @@
 //! One client stack for one downstream edge, composed once.
 //!
-//! Every client of another service needs the same six layers in the same
+//! Every client of another service needs the same seven layers in the same
 //! order (see the crate docs, "Stack order"); what differs between an HTTP
 //! and a gRPC client is only which failures are transient (the
 //! [`RetryPolicy`]), which count against the breaker (the [`Classify`]),
@@ -55,6 +55,7 @@ use crate::error::{BoxError, DeadlineExceeded, find};
 use crate::outcome::Outcome;
 use crate::plan::HopPolicy;
 use crate::retry::{Retry, RetryLayer, RetryPolicy};
+use crate::throttle::{Judge, Throttle, ThrottleConfig, ThrottleHandle, ThrottleLayer};
 use crate::timeout::{AttemptTimeout, AttemptTimeoutLayer};
 
 /// The metric every [`EdgeClient::call`] records.
@@ -77,12 +78,14 @@ pub struct EdgeConfig {
     pub breaker: BreakerConfig,
     /// Most calls in flight at once (the bulkhead).
     pub max_concurrency: usize,
+    /// Client-side adaptive throttling of the callee's overload refusals.
+    pub throttle: ThrottleConfig,
 }
 
 impl EdgeConfig {
     /// An edge to `target` with `attempt_timeout`, two retries, the default
     /// backoff and breaker (its trial timeout two attempts), 64 calls in
-    /// flight.
+    /// flight, the default throttle (`K = 2` over two minutes).
     pub fn new(target: &'static str, attempt_timeout: Duration) -> Self {
         Self {
             target,
@@ -94,6 +97,7 @@ impl EdgeConfig {
                 ..BreakerConfig::default()
             },
             max_concurrency: 64,
+            throttle: ThrottleConfig::default(),
         }
     }
 
@@ -118,7 +122,8 @@ impl EdgeConfig {
 }
 
 /// The composed stack, outer to inner, before it is boxed.
-type Composed<S, P, C> = WithDeadline<Retry<Breaker<Bulkhead<AttemptTimeout<S>>, C>, P>>;
+type Composed<S, P, C> =
+    WithDeadline<Retry<Throttle<Breaker<Bulkhead<AttemptTimeout<S>>, C>, C>, P>>;
 
 /// A call that did not get an answer.
 #[derive(Debug, thiserror::Error)]
@@ -148,13 +153,15 @@ impl EdgeError {
     }
 }
 
-/// One downstream edge's client stack with its breaker and budget. Cheap
-/// to clone (clones share the breaker, budget and bulkhead).
+/// One downstream edge's client stack with its breaker, budget and
+/// throttle. Cheap to clone (clones share the breaker, budget, throttle and
+/// bulkhead).
 pub struct EdgeClient<Req, Res> {
     target: &'static str,
     stack: BoxCloneSyncService<Req, Res, BoxError>,
     breaker: BreakerHandle,
     budget: RetryBudget,
+    throttle: ThrottleHandle,
 }
 
 impl<Req, Res> Clone for EdgeClient<Req, Res> {
@@ -164,6 +171,7 @@ impl<Req, Res> Clone for EdgeClient<Req, Res> {
             stack: self.stack.clone(),
             breaker: self.breaker.clone(),
             budget: self.budget.clone(),
+            throttle: self.throttle.clone(),
         }
     }
 }
@@ -188,15 +196,19 @@ where
     /// 1. deadline: the caller's remaining time, capped at
     ///    [`EdgeConfig::deadline_cap`]; an expired call is not sent;
     /// 2. retry: what `policy` calls transient, jittered backoff, each
-    ///    retry from `budget`, never past the deadline; above the breaker,
-    ///    so every attempt is judged by it;
-    /// 3. circuit breaker: fails fast while the target keeps failing
+    ///    retry from `budget`, never past the deadline; above the throttle
+    ///    and the breaker, so every attempt is judged by both;
+    /// 3. client-side throttle: refuses locally with the SRE book's
+    ///    probability while the target refuses calls for overload
+    ///    (`classifier` also tells those refusals, [`Judge`]); above the
+    ///    breaker, so a throttled call is not a breaker failure;
+    /// 4. circuit breaker: fails fast while the target keeps failing
     ///    (`classifier` says what a failure is), one trial after the break;
-    /// 4. bulkhead: at most `max_concurrency` calls in flight, more are
+    /// 5. bulkhead: at most `max_concurrency` calls in flight, more are
     ///    shed, so a hung target cannot hold every task;
-    /// 5. attempt timeout: `min(attempt_timeout, time left)`, told to the
+    /// 6. attempt timeout: `min(attempt_timeout, time left)`, told to the
     ///    next hop through [`HasDeadline::propagate`];
-    /// 6. the transport.
+    /// 7. the transport.
     pub fn new<S, P, C>(
         config: &EdgeConfig,
         budget: RetryBudget,
@@ -206,7 +218,7 @@ where
     ) -> Self
     where
         S: Service<Req, Response = Res> + Clone,
-        C: Classify<Res, BoxError> + Clone,
+        C: Classify<Res, BoxError> + Judge<Res> + Clone,
         P: RetryPolicy<Req, Res, BoxError>,
         Composed<S, P, C>:
             Service<Req, Response = Res, Error = BoxError> + Clone + Send + Sync + 'static,
@@ -222,13 +234,16 @@ where
         );
         let inner = AttemptTimeoutLayer::new(config.attempt_timeout).layer(transport);
         let inner = BulkheadLayer::new(config.max_concurrency).layer(inner);
-        let inner = BreakerLayer::new(breaker.clone(), classifier).layer(inner);
+        let inner = BreakerLayer::new(breaker.clone(), classifier.clone()).layer(inner);
+        let throttle = ThrottleHandle::new(config.target, config.throttle);
+        let inner = ThrottleLayer::new(throttle.clone(), classifier).layer(inner);
         let stack = DeadlineLayer::new(config.deadline_cap()).layer(retry.layer(inner));
         Self {
             target: config.target,
             stack: BoxCloneSyncService::new(stack),
             breaker,
             budget,
+            throttle,
         }
     }
 
@@ -246,6 +261,11 @@ where
     /// The retry budget.
     pub fn budget(&self) -> &RetryBudget {
         &self.budget
+    }
+
+    /// The client-side throttle (its state for `/admin/resilience`).
+    pub fn throttle(&self) -> &ThrottleHandle {
+        &self.throttle
     }
 
     /// Makes one call, records its duration under the [`Outcome`] that

@@ -8,6 +8,9 @@
 //!
 //! # The pieces, and why each exists
 //!
+//! - [`admission`]: the inbound side — an adaptive concurrency limit, a
+//!   short deadline-aware queue and a fast refusal for a service's own
+//!   listener, so overload is shed before any work is done.
 //! - [`deadline`]: an absolute [`Deadline`](deadline::Deadline) carried in
 //!   the request, narrowed on the way in and sent on the way out, so no hop
 //!   works on a request its caller has given up on.
@@ -25,6 +28,8 @@
 //!   trial call in half-open.
 //! - [`bulkhead`]: a per-dependency concurrency limit that sheds instead of
 //!   queueing.
+//! - [`throttle`]: client-side adaptive throttling (the SRE book's), so a
+//!   callee refusing most calls for overload is not also asked for them.
 //! - [`timeout`]: the per-attempt timeout, `min(attempt timeout, time left)`.
 //! - [`edge`]: the whole stack for one downstream edge, built from one
 //!   [`EdgeConfig`](edge::EdgeConfig) — what a service's clients use.
@@ -47,12 +52,15 @@
 //! 2. **retry with budget** — above the breaker, so a fast `CircuitOpen` is
 //!    not retried (the policies stop on it) and each retry meets the breaker
 //!    afresh;
-//! 3. **circuit breaker** — counts every attempt, timeouts included;
-//! 4. **concurrency limit (bulkhead)** — under the breaker, so an open
+//! 3. **client-side throttle** ([`throttle`], in [`edge`]'s stack) — under
+//!    the retry, so each attempt is one request and a throttled retry is
+//!    not sent; above the breaker, so a local refusal is not a failure;
+//! 4. **circuit breaker** — counts every attempt, timeouts included;
+//! 5. **concurrency limit (bulkhead)** — under the breaker, so an open
 //!    breaker does not take slots;
-//! 5. **attempt timeout** — innermost, so each attempt gets its own timeout
+//! 6. **attempt timeout** — innermost, so each attempt gets its own timeout
 //!    and the breaker sees a hang as a failure;
-//! 6. the transport.
+//! 7. the transport.
 //!
 //! # A full client stack
 //!
@@ -101,6 +109,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admission;
 pub mod backoff;
 pub mod breaker;
 pub mod budget;
@@ -116,6 +125,7 @@ pub mod registry;
 pub mod retry;
 pub mod single_flight;
 pub mod stale_cache;
+pub mod throttle;
 pub mod timeout;
 mod window;
 

@@ -9,7 +9,7 @@
 //! - how one call through a client stack ended
 //!   (`shopeasy_downstream_request_duration_seconds{target,outcome}`):
 //!   [`Outcome::Ok`], [`Outcome::ErrorStatus`], [`Outcome::Timeout`],
-//!   [`Outcome::CircuitOpen`], [`Outcome::Overloaded`],
+//!   [`Outcome::CircuitOpen`], [`Outcome::Overloaded`], [`Outcome::Throttled`],
 //!   [`Outcome::Unavailable`], [`Outcome::Error`] — [`Outcome::of_error`]
 //!   reads it off a failed call's error chain;
 //! - what the retry layer decided after a failed attempt
@@ -30,6 +30,7 @@ use std::fmt;
 
 use crate::error::{CircuitOpen, Overloaded, find, is_timeout};
 use crate::retry::is_io_connection_error;
+use crate::throttle::Throttled;
 
 /// One value of the `outcome` label (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -45,6 +46,9 @@ pub enum Outcome {
     CircuitOpen,
     /// The bulkhead shed the call: it was not sent.
     Overloaded,
+    /// The client-side throttle refused the call (the target has been
+    /// refusing calls for overload): it was not sent.
+    Throttled,
     /// The service could not be reached (gRPC `UNAVAILABLE`, a refused or
     /// reset connection).
     Unavailable,
@@ -62,12 +66,13 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every value, for tests and documentation.
-    pub const ALL: [Outcome; 11] = [
+    pub const ALL: [Outcome; 12] = [
         Self::Ok,
         Self::ErrorStatus,
         Self::Timeout,
         Self::CircuitOpen,
         Self::Overloaded,
+        Self::Throttled,
         Self::Unavailable,
         Self::Error,
         Self::Retried,
@@ -84,6 +89,7 @@ impl Outcome {
             Self::Timeout => "timeout",
             Self::CircuitOpen => "circuit_open",
             Self::Overloaded => "overloaded",
+            Self::Throttled => "throttled",
             Self::Unavailable => "unavailable",
             Self::Error => "error",
             Self::Retried => "retried",
@@ -101,6 +107,8 @@ impl Outcome {
             Self::CircuitOpen
         } else if find::<Overloaded>(err).is_some() {
             Self::Overloaded
+        } else if find::<Throttled>(err).is_some() {
+            Self::Throttled
         } else if is_timeout(err) || grpc_timeout(err) {
             Self::Timeout
         } else if grpc_unavailable(err) || is_io_connection_error(err) {
@@ -168,9 +176,17 @@ mod tests {
 
     #[test]
     fn errors_are_classified_refusal_first() {
-        let cases: [(BoxError, Outcome); 6] = [
+        let cases: [(BoxError, Outcome); 7] = [
             (CircuitOpen::new("x").into(), Outcome::CircuitOpen),
             (Overloaded { max_in_flight: 1 }.into(), Outcome::Overloaded),
+            (
+                Throttled {
+                    target: "x",
+                    probability: 0.5,
+                }
+                .into(),
+                Outcome::Throttled,
+            ),
             (
                 AttemptTimedOut(Duration::from_secs(1)).into(),
                 Outcome::Timeout,

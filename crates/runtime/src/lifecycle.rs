@@ -13,6 +13,15 @@
 //! 3. [`Bound::start`] serves the admin listener and [`Service::serve`] on
 //!    the public one, until the handle stops them; in-flight work then gets
 //!    at most [`Service::DRAIN`] before it is dropped.
+//!
+//! **Admission control** (SPEC §11) is built here once per service from the
+//! `admission.*` settings ([`inbound_admission`]), reported on the admin
+//! listener as `/admin/resilience`'s `admission` member, and handed to
+//! [`Service::serve`] through [`admission()`]: the HTTP services pass it to
+//! [`serve_admitted`], which puts it in front of the router with the 503
+//! `overloaded` refusal; Inventory puts it in front of its gRPC routes with
+//! the `RESOURCE_EXHAUSTED` one. The admin listener never has it: health
+//! checks and metrics must answer under overload.
 
 use std::{future::Future, io, net::SocketAddr, time::Duration};
 
@@ -21,11 +30,77 @@ use axum::Router;
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
+use shopeasy_resilience::admission::{Admission, AdmissionLayer};
+
 use crate::{
     admin::Admin,
     db::Database,
-    settings::{DatabaseSettings, ProcessSettings},
+    problem::OverloadedProblem,
+    settings::{AdmissionSettings, DatabaseSettings, ProcessSettings},
 };
+
+tokio::task_local! {
+    /// The public listener's admission while [`Service::serve`] runs.
+    static INBOUND: Option<Admission>;
+}
+
+/// The admission control of the public listener of the service being
+/// served: what [`Bound::start`] built from its `admission.*` settings and
+/// reported on its admin listener. Call it in [`Service::serve`] (on its
+/// task, before spawning) and pass it to [`serve_admitted`] or to your own server's
+/// [`AdmissionLayer`]. `None` when `admission.enabled` is false, or outside
+/// a service started by [`Bound`].
+pub fn admission() -> Option<Admission> {
+    INBOUND.try_with(Clone::clone).ok().flatten()
+}
+
+/// Builds a listener's admission control from `settings` and reports its
+/// live state on `admin` as `/admin/resilience`'s `admission` member; `None`
+/// when `settings.enabled` is false. [`Bound`] calls it for the public
+/// listener; a test or a second listener may too.
+pub fn inbound_admission(
+    listener: &str,
+    settings: &AdmissionSettings,
+    admin: &Admin,
+) -> Option<Admission> {
+    if !settings.enabled {
+        return None;
+    }
+    let admission = Admission::new(listener, settings.config());
+    let report = admission.clone();
+    admin.report("admission", move || {
+        serde_json::to_value(report.snapshot()).unwrap_or_default()
+    });
+    Some(admission)
+}
+
+/// Raises the soft limit of open file descriptors to the hard limit, so a
+/// burst of connections meets admission control (a fast 503) rather than
+/// `Too many open files`: returns `(soft before, soft after, hard)`.
+/// [`run`] calls it at start-up; the launcher calls it once for its
+/// process.
+///
+/// # Errors
+/// When the limit cannot be read or set.
+pub fn raise_fd_limit() -> io::Result<(u64, u64, u64)> {
+    let (before, hard) = rlimit::Resource::NOFILE.get()?;
+    let after = rlimit::increase_nofile_limit(hard)?;
+    Ok((before, after, hard))
+}
+
+/// [`raise_fd_limit`], logging both limits (a failure is a warning: the
+/// process still runs with the limit it has).
+pub fn raise_and_log_fd_limit() {
+    match raise_fd_limit() {
+        Ok((before, after, hard)) => tracing::info!(
+            soft_before = before,
+            soft = after,
+            hard,
+            "open-file limit raised to the hard limit"
+        ),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
+}
 
 /// The default bound on draining in-flight requests at shutdown.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
@@ -87,7 +162,9 @@ pub async fn drain_within<T: Default, E>(
 
 /// Serves `router` on `listener` until `shutdown` is cancelled, then stops
 /// accepting, lets in-flight requests finish for at most `drain`, and
-/// returns.
+/// returns. No admission control: for listeners that must answer under
+/// overload (the admin listener, the fault API); a service's public listener
+/// uses [`serve_admitted`].
 ///
 /// # Errors
 /// When accepting connections fails.
@@ -97,6 +174,27 @@ pub async fn serve(
     shutdown: CancellationToken,
     drain: Duration,
 ) -> io::Result<()> {
+    serve_admitted(listener, router, None, shutdown, drain).await
+}
+
+/// [`serve`] behind admission control: with `admission` (a public listener
+/// passes [`admission()`]) every request passes it first, and a refused one
+/// gets a 503 `overloaded` problem with `Retry-After` before the router
+/// sees it.
+///
+/// # Errors
+/// When accepting connections fails.
+pub async fn serve_admitted(
+    listener: TcpListener,
+    router: Router,
+    admission: Option<Admission>,
+    shutdown: CancellationToken,
+    drain: Duration,
+) -> io::Result<()> {
+    let router = match admission {
+        Some(a) => router.layer(AdmissionLayer::new(a, OverloadedProblem)),
+        None => router,
+    };
     let stop = shutdown.clone();
     let server = axum::serve(
         listener,
@@ -181,6 +279,7 @@ pub trait Service: Sized + Send + 'static {
 pub struct Bound<S> {
     service: S,
     admin: Admin,
+    admission: Option<Admission>,
     public: TcpListener,
     admin_listener: TcpListener,
     local_addr: SocketAddr,
@@ -226,7 +325,10 @@ impl<S: Service> Bound<S> {
     pub async fn bind(process: &ProcessSettings, admin: Admin, service: S) -> anyhow::Result<Self> {
         let public = bind(process.listen_addr, "listen_addr").await?;
         let admin_listener = bind(process.admin_addr, "admin_addr").await?;
+        let listener = S::NAME.strip_prefix("shopeasy-").unwrap_or(S::NAME);
+        let admission = inbound_admission(listener, &process.admission, &admin);
         Ok(Self {
+            admission,
             local_addr: public.local_addr()?,
             admin_addr: admin_listener.local_addr()?,
             service,
@@ -263,11 +365,14 @@ impl<S: Service> Bound<S> {
         tracing::info!(service = S::NAME, listen = %local_addr, admin = %admin_addr, "serving");
         let stop = shutdown.clone();
         let task = tokio::spawn(async move {
-            let public = drain_within(
-                self.service.serve(self.public, stop.clone()),
-                &stop,
-                S::DRAIN,
-                S::NAME,
+            let public = INBOUND.scope(
+                self.admission,
+                drain_within(
+                    self.service.serve(self.public, stop.clone()),
+                    &stop,
+                    S::DRAIN,
+                    S::NAME,
+                ),
             );
             let admin = serve(
                 self.admin_listener,
@@ -406,6 +511,7 @@ pub fn run<S: Service>(args: &crate::settings::ConfigArgs) -> std::process::Exit
                 return ExitCode::FAILURE;
             }
         };
+        raise_and_log_fd_limit();
         let result = async {
             let shutdown = shutdown_token()?;
             let mut running = Bound::<S>::build(settings).await?.start_until(shutdown);

@@ -227,6 +227,18 @@ impl Problem {
         .retry_after(retry_after)
     }
 
+    /// 503 `overloaded` with `Retry-After`: admission control refused the
+    /// request before any work was done for it (SPEC §11).
+    pub fn overloaded(detail: impl Into<String>, retry_after: u64) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "Service overloaded",
+            detail,
+        )
+        .retry_after(retry_after)
+    }
+
     /// 500 — for bugs only; the cause is logged, never sent.
     pub fn internal() -> Self {
         Self::new(
@@ -249,6 +261,20 @@ impl IntoResponse for Problem {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
+    }
+}
+
+/// The HTTP writer of admission control's refusals: a 503 `overloaded`
+/// problem with `Retry-After` — what [`crate::lifecycle::serve`] puts in
+/// front of every public router.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OverloadedProblem;
+
+impl shopeasy_resilience::admission::RefusalResponse<axum::body::Body> for OverloadedProblem {
+    fn respond(&self, refusal: &shopeasy_resilience::admission::Refusal) -> Response {
+        Problem::overloaded(refusal.detail(), refusal.retry_after_seconds())
+            .extension("reason", refusal.reason.as_str())
+            .into_response()
     }
 }
 
@@ -443,6 +469,7 @@ mod tests {
             Problem::validation([]),
             Problem::validation([FieldError::new("a", "bad"), FieldError::new("b", "bad")]),
             Problem::unavailable("the database is unavailable", 1),
+            Problem::overloaded("at its concurrency limit", 1),
             Problem::internal(),
         ];
         for p in problems {

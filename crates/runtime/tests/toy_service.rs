@@ -79,7 +79,14 @@ impl Service for Toy {
     }
 
     async fn serve(self, public: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
-        lifecycle::serve(public, self.router, shutdown, Self::DRAIN).await?;
+        lifecycle::serve_admitted(
+            public,
+            self.router,
+            lifecycle::admission(),
+            shutdown,
+            Self::DRAIN,
+        )
+        .await?;
         Ok(())
     }
 }

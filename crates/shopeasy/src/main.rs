@@ -25,7 +25,8 @@ use shopeasy_runtime::settings::common::LogSettings;
 services knows reaches it; an unknown key is an error. Every key is listed in \
 deploy/SETTINGS.md.\n\nExamples:\n  shopeasy                          run everything\n  \
 shopeasy --data-dir /tmp/shop     keep the databases elsewhere\n  \
-shopeasy load --rate 200 --duration 30 --p99 250   load a running system"
+shopeasy load --rate 200 --duration 30 --p99 250   load a running system\n  \
+shopeasy load --sweep --inventory http://127.0.0.1:50051   the overload curve (bench/overload.sh)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -76,6 +77,8 @@ async fn run_system(cli: Cli) -> ExitCode {
         };
     }
     let _telemetry = shopeasy_runtime::telemetry::init("shopeasy", &LogSettings::default(), "");
+    // Four services and the fault proxy share this process's descriptors.
+    shopeasy_runtime::lifecycle::raise_and_log_fd_limit();
     let stop = match shopeasy_runtime::lifecycle::shutdown_signal() {
         Ok(stop) => stop,
         Err(e) => {
@@ -101,6 +104,24 @@ async fn run_system(cli: Cli) -> ExitCode {
 }
 
 async fn run_load(args: &LoadArgs) -> ExitCode {
+    // An open-loop generator holds a connection per outstanding request.
+    let _ = shopeasy_runtime::lifecycle::raise_fd_limit();
+    if args.sweep.sweep {
+        return match load::sweep::run(&args.target, &args.sweep, args.quiet).await {
+            Ok(sweep) => {
+                println!("capacity {:.0}/s", sweep.capacity);
+                for step in &sweep.steps {
+                    println!("{}", load::sweep::row(step));
+                }
+                println!("csv {}\nsvg {}", sweep.csv.display(), sweep.svg.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("shopeasy load --sweep: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match load::run(args).await {
         Ok(summary) => {
             print!("{summary}");

@@ -106,7 +106,13 @@ impl Options {
     /// Loads one service's settings; keys of the other services are
     /// tolerated, so one file or environment configures them all.
     fn load<S: Settings>(&self, name: &str) -> anyhow::Result<S> {
-        let mut loader = Loader::new().env(self.env.clone()).tolerate(all_keys());
+        // The embedded demo sets its own random credentials below, so the
+        // credential rules of a binary started from its environment
+        // (`settings::credential`) do not apply to what it loads.
+        let mut loader = Loader::new()
+            .embedded_demo()
+            .env(self.env.clone())
+            .tolerate(all_keys());
         if let Some(file) = &self.config {
             loader = loader.file(file);
         }
@@ -114,6 +120,14 @@ impl Options {
             .load::<S>()
             .with_context(|| format!("settings of {name}"))
     }
+}
+
+/// A random credential: 32 hex digits (128 bits), as long as a service
+/// started from its environment requires (`settings::credential`).
+pub fn random_token() -> String {
+    use rand::Rng;
+    let bytes: [u8; 16] = rand::rng().random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The keys of every service the launcher runs.
@@ -227,11 +241,10 @@ impl System {
                 options.data_dir.display()
             )
         })?;
-        let admin_token = options.admin_token.clone().unwrap_or_else(|| {
-            use rand::Rng;
-            let bytes: [u8; 16] = rand::rng().random();
-            bytes.iter().map(|b| format!("{b:02x}")).collect()
-        });
+        let admin_token = options.admin_token.clone().unwrap_or_else(random_token);
+        // Order's credential at Inventory: new every run, known only to
+        // this process.
+        let service_token = Secret::new(random_token());
         let loaded = Loaded::load(&options)?;
         let shutdown = CancellationToken::new();
         let proxies = Proxies::with_seed(options.seed);
@@ -250,6 +263,7 @@ impl System {
                     options.place(&mut s.process, node);
                     s.storage.database_url = options.sqlite(node.name);
                     s.admin_token = token;
+                    s.service_token = service_token.clone();
                     s.demo_seed = true; // crate::seed: the services seed themselves
                     start::<shopeasy_inventory::App>(s, &shutdown).await?
                 }
@@ -269,6 +283,7 @@ impl System {
                     s.redis.redis_url = SecretUrl::default();
                     s.admin_token = token;
                     s.inventory.url = url(topology::INVENTORY.name);
+                    s.inventory.service_token = service_token.clone();
                     s.product.url = url(topology::PRODUCT.name);
                     start::<shopeasy_order::App>(s, &shutdown).await?
                 }
@@ -330,6 +345,7 @@ impl System {
                -H \"idempotency-key: $(date +%s%N)\" \\\n  \
                -d '{{\"customer_id\":\"alice\",\"items\":[{{\"product_id\":\"<id from the list>\",\"quantity\":1}}]}}'\n\
              curl -s -XPOST http://{f}/proxies/order-inventory/toxics \\\n  \
+               -H 'content-type: application/json' \\\n  \
                -d '{{\"name\":\"hang\",\"type\":\"timeout\",\"stream\":\"downstream\",\"attributes\":{{\"timeout\":0}}}}'\n\
              (heal it: curl -XDELETE http://{f}/proxies/order-inventory/toxics/hang)\n",
             gw = a.gateway,

@@ -2,7 +2,8 @@
 //! [`Store`].
 //!
 //! Each method is an adapter only: read the deadline (and, for `SetStock`,
-//! the bearer token) from the metadata, parse the message into domain types,
+//! the admin token; for `ReserveStock` and `ReleaseStock`, the service
+//! token) from the metadata, parse the message into domain types,
 //! call the store, map the answer. Errors become statuses in one place,
 //! `status`. The metadata is read by the workspace's shared pieces: the
 //! `grpc-timeout` by `shopeasy_resilience::deadline` (the parser order's
@@ -30,21 +31,37 @@ use crate::{
     store::Store,
 };
 
+/// The bearer tokens the service admits, by who may call what.
+///
+/// Two tokens rather than one: the service credential is held by every
+/// order replica and may only move stock through reservations; the admin
+/// token (`SetStock`, which sets any level) stays with operators.
+#[derive(Debug, Clone, Default)]
+pub struct Credentials {
+    /// `SetStock`'s token (`admin_token`).
+    pub admin: Secret,
+    /// `ReserveStock` and `ReleaseStock`'s token (`service_token`), held by
+    /// the order service (`inventory.service_token`).
+    pub service: Secret,
+}
+
 /// The Inventory gRPC service.
 #[derive(Debug, Clone)]
 pub struct InventoryApi {
     store: Store,
-    admin_token: Secret,
+    credentials: Credentials,
     cap: Duration,
 }
 
 impl InventoryApi {
-    /// Serves `store`; `SetStock` requires `admin_token`; no call works
-    /// longer than `cap`, or the caller's `grpc-timeout` if shorter.
-    pub fn new(store: Store, admin_token: Secret, cap: Duration) -> Self {
+    /// Serves `store`; `SetStock` requires the admin token, `ReserveStock`
+    /// and `ReleaseStock` the service token, `GetStock` neither (reads stay
+    /// open inside the cluster); no call works longer than `cap`, or the
+    /// caller's `grpc-timeout` if shorter.
+    pub fn new(store: Store, credentials: Credentials, cap: Duration) -> Self {
         Self {
             store,
-            admin_token,
+            credentials,
             cap,
         }
     }
@@ -54,14 +71,14 @@ impl InventoryApi {
         work_deadline(request, self.cap)
     }
 
-    /// Checks `authorization: Bearer <admin token>` (constant time, the
-    /// same 401-style answer for every failure).
-    fn authorize<T>(&self, request: &Request<T>) -> Result<(), Error> {
+    /// Checks `authorization: Bearer <expected>` (constant time, the
+    /// same UNAUTHENTICATED answer for every failure).
+    fn authorize<T>(request: &Request<T>, expected: &Secret) -> Result<(), Error> {
         let authorization = request
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok());
-        if auth::is_authorized(&self.admin_token, authorization) {
+        if auth::is_authorized(expected, authorization) {
             Ok(())
         } else {
             Err(Error::Unauthenticated)
@@ -109,6 +126,7 @@ impl InventoryService for InventoryApi {
         &self,
         request: Request<ReserveStockRequest>,
     ) -> Result<Response<ReserveStockResponse>, Status> {
+        Self::authorize(&request, &self.credentials.service)?;
         let deadline = self.deadline(&request);
         let message = request.into_inner();
         let reservation = Reservation::parse(
@@ -131,6 +149,7 @@ impl InventoryService for InventoryApi {
         &self,
         request: Request<ReleaseStockRequest>,
     ) -> Result<Response<ReleaseStockResponse>, Status> {
+        Self::authorize(&request, &self.credentials.service)?;
         let deadline = self.deadline(&request);
         let raw = request.into_inner().reservation_id;
         let id = ReservationId::parse("reservation_id", &raw).map_err(Error::from)?;
@@ -144,7 +163,7 @@ impl InventoryService for InventoryApi {
         &self,
         request: Request<SetStockRequest>,
     ) -> Result<Response<SetStockResponse>, Status> {
-        self.authorize(&request)?;
+        Self::authorize(&request, &self.credentials.admin)?;
         let deadline = self.deadline(&request);
         let message = request.into_inner();
         let mut violations = Vec::new();

@@ -23,6 +23,23 @@ use tonic::transport::Channel;
 /// The admin token every test server uses.
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
+/// The service token (order's credential) every test server uses.
+pub const SERVICE_TOKEN: &str = "test-service-token-of-32-characters!";
+
+/// `message` as a request carrying the service token, as order sends it.
+pub fn as_service<T>(message: T) -> tonic::Request<T> {
+    with_bearer(message, SERVICE_TOKEN)
+}
+
+/// `message` as a request carrying `Authorization: Bearer <token>`.
+pub fn with_bearer<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
 /// A running server, stopped on drop.
 pub struct Running {
     pub addr: SocketAddr,
@@ -80,6 +97,7 @@ impl Running {
 pub fn settings(database_url: &str) -> InventorySettings {
     let mut s = InventorySettings {
         admin_token: Secret::new(ADMIN_TOKEN),
+        service_token: Secret::new(SERVICE_TOKEN),
         ..InventorySettings::default()
     };
     s.process.ephemeral();

@@ -23,13 +23,16 @@ use shopeasy_resilience::{
     breaker::{BreakerHandle, GrpcClassifier},
     budget::RetryBudget,
     deadline::{self, Deadline},
-    edge::{EdgeClient, EdgeError},
+    edge::{EdgeClient, EdgeConfig, EdgeError},
     error::BoxError,
     outcome::Outcome,
     retry::GrpcUnavailablePolicy,
+    throttle::{ThrottleConfig, ThrottleHandle},
 };
+use shopeasy_runtime::settings::Secret;
 use tonic::{
     Code, Status,
+    metadata::AsciiMetadataValue,
     transport::{Channel, Endpoint},
 };
 use uuid::Uuid;
@@ -82,6 +85,22 @@ pub enum Reply {
 #[derive(Debug, Clone)]
 struct Transport {
     client: InventoryServiceClient<Channel>,
+    /// `Bearer <inventory.service_token>`, sent with Reserve and Release
+    /// only (GetStock is open); `None` when no token is configured.
+    service_credential: Option<AsciiMetadataValue>,
+}
+
+/// Adds the service credential to a mutating call's metadata.
+fn with_credential<T>(
+    mut request: tonic::Request<T>,
+    credential: Option<&AsciiMetadataValue>,
+) -> tonic::Request<T> {
+    if let Some(value) = credential {
+        request
+            .metadata_mut()
+            .insert("authorization", value.clone());
+    }
+    request
 }
 
 impl tower::Service<Call> for Transport {
@@ -96,6 +115,7 @@ impl tower::Service<Call> for Transport {
 
     fn call(&mut self, call: Call) -> Self::Future {
         let mut client = self.client.clone();
+        let credential = self.service_credential.clone();
         Box::pin(async move {
             fn request<T>(message: T, timeout: Option<Duration>) -> tonic::Request<T> {
                 let mut headers = http::HeaderMap::new();
@@ -133,7 +153,10 @@ impl tower::Service<Call> for Transport {
                             })
                             .collect(),
                     };
-                    match client.reserve_stock(request(message, t)).await {
+                    match client
+                        .reserve_stock(with_credential(request(message, t), credential.as_ref()))
+                        .await
+                    {
                         Ok(_) => Ok(Reply::Reserved(Reserved::Yes)),
                         Err(s) => match refusal(&s, &lines) {
                             Some(shortages) => {
@@ -148,7 +171,7 @@ impl tower::Service<Call> for Transport {
                         reservation_id: id.to_string(),
                     };
                     client
-                        .release_stock(request(message, t))
+                        .release_stock(with_credential(request(message, t), credential.as_ref()))
                         .await
                         .map(|_| Reply::Released)
                         .map_err(Into::into)
@@ -229,6 +252,51 @@ impl InventoryClient {
     /// # Errors
     /// When `url` is not a valid endpoint.
     pub fn new(url: &str, edge: &EdgeSettings, budget: RetryBudget) -> anyhow::Result<Self> {
+        Self::with_service_token(url, &Secret::default(), edge, budget)
+    }
+
+    /// [`InventoryClient::new`], sending `service_token` as
+    /// `authorization: Bearer …` with `ReserveStock` and `ReleaseStock`
+    /// (marked sensitive, so it is never logged); an empty token sends
+    /// none.
+    ///
+    /// # Errors
+    /// When `url` is not a valid endpoint or the token is not a valid
+    /// header value.
+    pub fn with_service_token(
+        url: &str,
+        service_token: &Secret,
+        edge: &EdgeSettings,
+        budget: RetryBudget,
+    ) -> anyhow::Result<Self> {
+        Self::build(url, service_token, edge, budget, ThrottleConfig::default())
+    }
+
+    /// [`InventoryClient::with_service_token`], its client-side throttle
+    /// configured by `throttle` (`resilience.throttle.*`): while Inventory
+    /// refuses calls for overload (`RESOURCE_EXHAUSTED`, or `UNAVAILABLE`
+    /// with pushback), the excess is refused here without being sent.
+    ///
+    /// # Errors
+    /// As [`InventoryClient::with_service_token`].
+    pub fn build(
+        url: &str,
+        service_token: &Secret,
+        edge: &EdgeSettings,
+        budget: RetryBudget,
+        throttle: ThrottleConfig,
+    ) -> anyhow::Result<Self> {
+        let service_credential = if service_token.is_empty() {
+            None
+        } else {
+            let mut value: AsciiMetadataValue = format!("Bearer {}", service_token.expose())
+                .parse()
+                .map_err(|_| {
+                    anyhow::anyhow!("inventory.service_token is not a valid header value")
+                })?;
+            value.set_sensitive(true);
+            Some(value)
+        };
         let channel = Endpoint::from_shared(url.to_owned())?
             .connect_timeout(edge.connect_timeout_seconds.get())
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
@@ -238,10 +306,14 @@ impl InventoryClient {
             .connect_lazy();
         let transport = Transport {
             client: InventoryServiceClient::new(channel),
+            service_credential,
         };
         Ok(Self {
             edge: EdgeClient::new(
-                &edge.config(TARGET),
+                &EdgeConfig {
+                    throttle,
+                    ..edge.config(TARGET)
+                },
                 budget,
                 GrpcUnavailablePolicy,
                 GrpcClassifier,
@@ -258,6 +330,11 @@ impl InventoryClient {
     /// The retry budget.
     pub fn budget(&self) -> &RetryBudget {
         self.edge.budget()
+    }
+
+    /// The client-side throttle (for `/admin/resilience` and tests).
+    pub fn throttle(&self) -> &ThrottleHandle {
+        self.edge.throttle()
     }
 
     async fn call(&self, op: Op, deadline: Option<Deadline>) -> Result<Reply, StockError> {

@@ -21,10 +21,11 @@ use shopeasy_resilience::{
     breaker::{BreakerHandle, HttpClassifier},
     budget::RetryBudget,
     deadline::{Deadline, HasDeadline},
-    edge::{EdgeClient, EdgeError},
+    edge::{EdgeClient, EdgeConfig, EdgeError},
     error::{BoxError, find},
     outcome::Outcome,
     retry::HttpRetryPolicy,
+    throttle::{ThrottleConfig, ThrottleHandle},
 };
 use uuid::Uuid;
 
@@ -107,6 +108,21 @@ impl ProductClient {
     /// # Errors
     /// When the HTTP client cannot be built.
     pub fn new(url: &str, edge: &EdgeSettings, budget: RetryBudget) -> anyhow::Result<Self> {
+        Self::with_throttle(url, edge, budget, ThrottleConfig::default())
+    }
+
+    /// As [`Self::new`], its client-side throttle configured by `throttle`
+    /// (`resilience.throttle.*`): while the callee refuses calls for
+    /// overload, the excess is refused here without being sent.
+    ///
+    /// # Errors
+    /// As [`Self::new`].
+    pub fn with_throttle(
+        url: &str,
+        edge: &EdgeSettings,
+        budget: RetryBudget,
+        throttle: ThrottleConfig,
+    ) -> anyhow::Result<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(edge.connect_timeout_seconds.get())
             .pool_idle_timeout(Duration::from_secs(60))
@@ -115,7 +131,10 @@ impl ProductClient {
         Ok(Self {
             base: url.trim_end_matches('/').to_owned(),
             edge: EdgeClient::new(
-                &edge.config(TARGET),
+                &EdgeConfig {
+                    throttle,
+                    ..edge.config(TARGET)
+                },
                 budget,
                 HttpRetryPolicy::new().with_connection_error(is_connection_failure),
                 HttpClassifier,
@@ -132,6 +151,11 @@ impl ProductClient {
     /// The retry budget.
     pub fn budget(&self) -> &RetryBudget {
         self.edge.budget()
+    }
+
+    /// The client-side throttle (for `/admin/resilience` and tests).
+    pub fn throttle(&self) -> &ThrottleHandle {
+        self.edge.throttle()
     }
 
     async fn product(

@@ -20,7 +20,8 @@ mod outbox;
 use shopeasy_runtime::db::Database;
 use uuid::Uuid;
 
-pub use keys::{Claim, Resume, StoredResponse};
+pub use keys::{Claim, KeyHold, NewKey, Resume, StoredResponse};
+pub use orders::{Created, Page, PageCursor, Recorded};
 pub use outbox::{Action, FirstTry, Task};
 
 /// Why a store method failed, in terms the caller can act on.
@@ -39,6 +40,11 @@ pub enum StoreError {
     /// order).
     #[error("the order's state does not allow this change")]
     Conflict,
+    /// The idempotency key is no longer this request's: its lock ran out
+    /// and another request took it over. Nothing was written; the other
+    /// request answers for the key.
+    #[error("the idempotency key was taken over by another request")]
+    LockLost,
     /// A query the database refused or a stored value this code cannot
     /// read: a bug, not worth retrying.
     #[error(transparent)]

@@ -4,6 +4,7 @@
 use sqlx::{Any, Row};
 use uuid::Uuid;
 
+use super::keys::{self, KeyHold, StoredResponse};
 use super::{Store, StoreError, parse_id};
 
 /// Who makes the first try of a newly enqueued outbox row.
@@ -120,6 +121,37 @@ impl Store {
         .bind(next_attempt_at)
         .execute(self.db.pool())
         .await?;
+        Ok(())
+    }
+
+    /// A request's last commit when Inventory did not answer: gives its
+    /// `reserve` row to the worker (due at `next_attempt_at`) and, with a
+    /// key, stores the `pending` response under it (fenced by the holder's
+    /// token), in one transaction.
+    ///
+    /// # Errors
+    /// [`StoreError::LockLost`]; database failures.
+    pub async fn hand_over(
+        &self,
+        task: &Task,
+        next_attempt_at: i64,
+        key: Option<(&KeyHold, &StoredResponse)>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.db.begin_write().await?;
+        sqlx::query(
+            "UPDATE outbox SET next_attempt_at = $4, locked_until = 0 \
+             WHERE order_id = $1 AND kind = $2 AND token = $3",
+        )
+        .bind(task.order_id.to_string())
+        .bind(task.action.as_str())
+        .bind(task.token.as_str())
+        .bind(next_attempt_at)
+        .execute(&mut *tx)
+        .await?;
+        if let Some((hold, response)) = key {
+            keys::finish(&mut tx, hold, response).await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 

@@ -51,6 +51,7 @@ struct State {
     connections: AtomicUsize,
     timeouts: Mutex<Vec<String>>,
     get_delay: Mutex<Duration>,
+    reserve_delay: Mutex<Duration>,
 }
 
 /// An in-memory Inventory with switchable faults. Clones share it.
@@ -69,6 +70,7 @@ impl Default for FakeInventory {
             connections: AtomicUsize::new(0),
             timeouts: Mutex::default(),
             get_delay: Mutex::new(Duration::ZERO),
+            reserve_delay: Mutex::new(Duration::ZERO),
         }))
     }
 }
@@ -148,6 +150,11 @@ impl FakeInventory {
 
     pub(crate) fn set_get_delay(&self, delay: Duration) {
         *self.0.get_delay.lock().unwrap() = delay;
+    }
+
+    /// Delays every `ReserveStock` answer (after the reservation is made).
+    pub(crate) fn set_reserve_delay(&self, delay: Duration) {
+        *self.0.reserve_delay.lock().unwrap() = delay;
     }
 
     pub(crate) fn get_calls(&self) -> usize {
@@ -249,6 +256,10 @@ impl InventoryService for FakeInventory {
     ) -> Result<Response<pb::ReserveStockResponse>, Status> {
         self.0.reserve_calls.fetch_add(1, Ordering::SeqCst);
         self.gate(&request).await?;
+        let delay = *self.0.reserve_delay.lock().unwrap();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         let r = request.into_inner();
         let mut reservations = self.0.reservations.lock().unwrap();
         if let Some(existing) = reservations.get(&r.reservation_id) {
@@ -349,6 +360,7 @@ pub(crate) enum ProductMode {
     BadRequest,
     Hang,
     /// Delays every answer.
+    #[allow(dead_code)] // for tests that need a slow catalogue
     Slow(Duration),
 }
 

@@ -8,24 +8,29 @@ use shopeasy_order::{
     App,
     failpoints::Failpoints,
     saga::Orders,
-    settings::{OrderSettings, UpstreamSettings},
+    settings::{InventoryUpstreamSettings, OrderSettings, UpstreamSettings},
 };
 use shopeasy_runtime::{
     lifecycle::{self, Bound},
-    settings::{Seconds, SecretUrl},
+    settings::{Seconds, Secret, SecretUrl},
 };
 use shopeasy_testkit::get_json;
 use uuid::Uuid;
 
 use crate::fakes::{FakeInventory, FakeProduct, Running};
 
+/// The service credential between the test order service and a real
+/// Inventory (`real_inventory`).
+pub(crate) const SERVICE_TOKEN: &str = "order-test-service-token-32-chars";
+
 /// Settings for tests: ephemeral ports, short breaks, leases and backoffs;
 /// attempt timeouts generous enough for a loaded machine (tests about
 /// timeouts set their own).
 pub(crate) fn test_settings(db_url: &str, inventory_url: &str, product_url: &str) -> OrderSettings {
     let mut s = OrderSettings {
-        inventory: UpstreamSettings {
+        inventory: InventoryUpstreamSettings {
             url: inventory_url.to_owned(),
+            service_token: Secret::new(SERVICE_TOKEN),
         },
         product: UpstreamSettings {
             url: product_url.to_owned(),
@@ -56,7 +61,10 @@ pub(crate) fn test_settings(db_url: &str, inventory_url: &str, product_url: &str
 pub(crate) async fn real_inventory(
     db_url: &str,
 ) -> (lifecycle::Running, shopeasy_inventory::Store) {
-    let mut settings = shopeasy_inventory::InventorySettings::default();
+    let mut settings = shopeasy_inventory::InventorySettings {
+        service_token: Secret::new(SERVICE_TOKEN),
+        ..Default::default()
+    };
     settings.process.ephemeral();
     settings.storage.database_url = SecretUrl::new(db_url);
     let bound = Bound::<shopeasy_inventory::App>::build(settings)

@@ -9,7 +9,7 @@ use shopeasy_runtime::settings::Seconds;
 use shopeasy_testkit::all_backends;
 
 use crate::{
-    fakes::{Mode, ProductMode},
+    fakes::Mode,
     helpers::{Shop, TestApp, eventually, order_body, orders_of},
 };
 
@@ -101,10 +101,12 @@ async fn a_key_in_flight_answers_409_with_retry_after() {
     let db = shopeasy_testkit::sqlite();
     let shop = Shop::new(&[5]).await;
     let mut settings = shop.settings(db.url());
-    settings.resilience.product.timeout_seconds = Seconds::new(5.0);
+    settings.resilience.inventory.timeout_seconds = Seconds::new(5.0);
     let app = TestApp::spawn(settings).await;
-    shop.product
-        .set_mode(ProductMode::Slow(Duration::from_millis(1500)));
+    // Between commit (a) (key + order) and (c) (the response) lies the
+    // reservation: make it slow.
+    shop.inventory
+        .set_reserve_delay(Duration::from_millis(1500));
     let body = order_body("c-flight", &[(shop.products[0], 1)]);
 
     let first = {
@@ -120,9 +122,9 @@ async fn a_key_in_flight_answers_409_with_retry_after() {
                 .unwrap()
         })
     };
-    // The key is claimed before the (slow) product lookup starts.
+    // The key commits with the order, before the (slow) reservation.
     let claimed = eventually(Duration::from_secs(2), || async {
-        shop.product.calls() >= 1
+        shop.inventory.reserve_calls() >= 1
     })
     .await;
     assert!(claimed);

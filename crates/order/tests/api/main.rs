@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod clients;
+mod commits;
 mod fakes;
 mod helpers;
 mod idempotency;
@@ -13,3 +14,4 @@ mod orders;
 mod problems;
 mod real_inventory;
 mod stock_cache;
+mod throttle;

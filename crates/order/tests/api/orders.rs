@@ -357,3 +357,75 @@ async fn a_hung_inventory_does_not_slow_reading_orders() {
     }
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_customers_orders_are_listed_in_bounded_pages() {
+    for db in all_backends().await {
+        let shop = Shop::new(&[100, 100]).await;
+        let app = TestApp::spawn(shop.settings(db.url())).await;
+        let (a, b) = (shop.products[0], shop.products[1]);
+        for _ in 0..5 {
+            let res = app
+                .post_order(None, &order_body("c-page", &[(a, 1), (b, 2)]))
+                .await;
+            assert_eq!(res.status(), 201);
+        }
+        assert_eq!(
+            app.post_order(None, &order_body("c-other", &[(a, 1)]))
+                .await
+                .status(),
+            201
+        );
+        let page = |query: String| {
+            let app = &app;
+            async move {
+                let res = app
+                    .http
+                    .get(app.url(&format!("/api/orders?customer_id=c-page{query}")))
+                    .send()
+                    .await
+                    .unwrap();
+                (res.status().as_u16(), res.json::<Value>().await.unwrap())
+            }
+        };
+        let mut seen = Vec::new();
+        let mut cursor = String::new();
+        let mut sizes = Vec::new();
+        loop {
+            let (status, body) = page(format!("&limit=2{cursor}")).await;
+            assert_eq!(status, 200, "{body}");
+            let items = body["items"].as_array().unwrap();
+            sizes.push(items.len());
+            for o in items {
+                assert_eq!(o["customer_id"], "c-page");
+                assert_eq!(o["items"].as_array().unwrap().len(), 2, "its lines: {o}");
+                seen.push(o.clone());
+            }
+            match body["next_cursor"].as_str() {
+                Some(c) => cursor = format!("&cursor={c}"),
+                None => break,
+            }
+        }
+        assert_eq!(sizes, [2, 2, 1], "{}", db.name());
+        let ids: std::collections::HashSet<_> = seen.iter().map(|o| o["id"].clone()).collect();
+        assert_eq!(ids.len(), 5, "each order once");
+        let created: Vec<&str> = seen
+            .iter()
+            .map(|o| o["created_at"].as_str().unwrap())
+            .collect();
+        let mut newest_first = created.clone();
+        newest_first.sort_unstable_by(|x, y| y.cmp(x));
+        assert_eq!(created, newest_first);
+        // Without a limit: the whole (short) list, no cursor, as before paging.
+        let (status, body) = page(String::new()).await;
+        assert_eq!(status, 200);
+        assert_eq!(body["items"].as_array().unwrap().len(), 5);
+        assert!(body.get("next_cursor").is_none(), "{body}");
+        for bad in ["&limit=0", "&limit=101", "&limit=ten", "&cursor=nope"] {
+            let (status, body) = page(bad.to_owned()).await;
+            assert_eq!(status, 422, "{bad}: {body}");
+            assert!(body["detail"].is_string(), "{body}");
+        }
+        app.stop().await;
+    }
+}

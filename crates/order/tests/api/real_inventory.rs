@@ -52,7 +52,8 @@ async fn a_hundred_concurrent_orders_against_real_inventory_on_stock_ten() {
     }))
     .await;
     assert!(
-        statuses.iter().all(|s| [201, 202, 409].contains(s)),
+        // 503 `overloaded`: the inbound admission limit shed it before any work.
+        statuses.iter().all(|s| [201, 202, 409, 503].contains(s)),
         "{statuses:?}"
     );
     let orders = || orders_of(&app, "c-real");

@@ -18,6 +18,13 @@
 //! not reach Redis is remembered: Redis is not read again until a bump has
 //! succeeded.
 //!
+//! **Bounded, because clients choose the page keys** (a cursor, a limit):
+//! the in-process backend is an LRU of `cache.local_capacity` entries
+//! (a flood of made-up keys evicts the coldest entries, never grows the
+//! process); the Redis backend stores products and first pages only
+//! (pages after a cursor are not stored: keyset reads are cheap, and the
+//! shared Redis would otherwise hold every cursor any client sent).
+//!
 //! Metrics: `shopeasy_product_cache_requests_total{kind,result}` with
 //! `kind` = `item|page` and `result` = `hit|miss|coalesced|error|bypass`
 //! (bypass: Redis was skipped after a recent error); the same counts are
@@ -95,6 +102,14 @@ impl From<Unavailable> for Outcome {
             Unavailable::Resting => Self::Bypass,
         }
     }
+}
+
+/// Whether `key` is a list page after a cursor: the catalogue's page keys
+/// are `l:<cursor>:<limit>`, a first page's cursor empty.
+pub(crate) fn is_later_page(key: &str) -> bool {
+    key.strip_prefix("l:")
+        .and_then(|rest| rest.rsplit_once(':'))
+        .is_some_and(|(cursor, _limit)| !cursor.is_empty())
 }
 
 enum Backend {
@@ -215,16 +230,40 @@ impl ReadCache {
         .increment(1);
     }
 
+    /// Entries held and the most held, for the in-process backend
+    /// (`None` for Redis, bounded by its `maxmemory`).
+    pub fn occupancy(&self) -> Option<(usize, usize)> {
+        match &*self.backend {
+            Backend::Local(c) => Some((c.len(), c.capacity())),
+            Backend::Redis(_) => None,
+        }
+    }
+
     /// The counts, for `/admin/resilience`.
     pub fn report(&self) -> Value {
         let s = &self.stats;
+        let (entries, capacity) = self.occupancy().unzip();
         json!({
             "backend": self.backend_name(),
+            "entries": entries,
+            "capacity": capacity,
             "hit": s.hit.load(Ordering::Relaxed),
             "miss": s.miss.load(Ordering::Relaxed),
             "coalesced": s.coalesced.load(Ordering::Relaxed),
             "error": s.error.load(Ordering::Relaxed),
             "bypass": s.bypass.load(Ordering::Relaxed),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn later_pages_are_told_from_first_pages_and_items() {
+        assert!(!is_later_page("l::20"));
+        assert!(is_later_page("l:abc:20"));
+        assert!(!is_later_page("p:0d6c"));
     }
 }

@@ -3,6 +3,13 @@
 //! Keys: `<prefix>gen` holds the generation (missing = 0, for example after a
 //! `FLUSHALL`), `<prefix><generation>:<key>` the values, with a TTL.
 //!
+//! Bounded: products and *first* list pages only (one per `limit`), so the
+//! keys of a generation are at most the catalogue plus the allowed limits;
+//! a page after a cursor (a key the client makes up) is read from the
+//! database and not stored (`is_later_page` in the cache module). Redis itself runs
+//! with `maxmemory` and `allkeys-lru` in the deployments, so even a TTL
+//! storm of product keys evicts rather than grows.
+//!
 //! Failure handling, in order of defence:
 //! 1. every call goes through the runtime's [`RedisGuard`]: its own timeout
 //!    (`cache.redis_timeout_seconds`), and after a failed call Redis rests
@@ -97,6 +104,9 @@ impl RedisCache {
     }
 
     pub(super) fn put(&self, generation: u64, key: &str, value: Bytes) {
+        if super::is_later_page(key) {
+            return;
+        }
         let inner = Arc::clone(&self.inner);
         let ttl_ms = u64::try_from(inner.ttl.as_millis())
             .unwrap_or(u64::MAX)

@@ -97,3 +97,40 @@ async fn concurrent_misses_share_one_database_read() {
     assert_eq!(hit + miss + coalesced, 32, "{s}");
     assert!(miss < 32, "{s}");
 }
+
+#[tokio::test]
+async fn ten_thousand_made_up_page_keys_leave_the_local_cache_at_its_capacity() {
+    let db = shopeasy_testkit::sqlite();
+    let mut s = settings(&db, None);
+    s.cache.local_capacity = 100;
+    let app = spawn_with(db, s).await;
+    let product = app.create("HOT-2").await;
+    let hot = format!("/api/products/{}", product["id"].as_str().unwrap());
+    assert_eq!(app.get(&hot).await.status(), 200);
+    // Every cursor is valid (a uuid): each makes a page key of its own.
+    let pages = (0..10_000).map(|_| {
+        let cursor = shopeasy_product::cursor::Cursor::after(uuid::Uuid::new_v4()).encode();
+        format!("/api/products?limit=20&cursor={cursor}")
+    });
+    let pages: Vec<String> = pages.collect();
+    for chunk in pages.chunks(50) {
+        // The hot product stays in use all along.
+        assert_eq!(app.get(&hot).await.status(), 200);
+        let answers = futures::future::join_all(chunk.iter().map(|p| app.get(p))).await;
+        assert!(answers.iter().all(|r| r.status() == 200));
+    }
+    let stats = app.cache_stats().await;
+    assert_eq!(stats["capacity"], 100, "{stats}");
+    assert_eq!(
+        stats["entries"], 100,
+        "at its capacity, not beyond: {stats}"
+    );
+    // The hot entry was used often enough to survive the flood.
+    let before = app.hits().await;
+    assert_eq!(app.get(&hot).await.status(), 200);
+    assert_eq!(
+        app.hits().await,
+        before + 1,
+        "the hot product is still cached"
+    );
+}

@@ -20,6 +20,7 @@
 //! and type checks are done here because `config` reads every environment
 //! variable and stops at the first error.
 
+pub mod credential;
 pub mod process;
 mod secret;
 mod validate;
@@ -34,7 +35,7 @@ use std::{
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value as Json;
 
-pub use process::{DatabaseSettings, ProcessSettings, RedisSettings};
+pub use process::{AdmissionSettings, DatabaseSettings, ProcessSettings, RedisSettings};
 pub use secret::{MASK, Secret, SecretUrl};
 pub use validate::{Seconds, SettingError, Validator, env_name};
 
@@ -59,6 +60,16 @@ pub enum SettingsError {
         /// What went wrong.
         message: String,
     },
+    /// A `<NAME>_FILE` variable names a credential file that cannot be read.
+    #[error("cannot read {variable}={path}: {message}")]
+    SecretFile {
+        /// The variable (`SERVICE_TOKEN_FILE`).
+        variable: String,
+        /// The file it names.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 fn list(errors: &[SettingError]) -> String {
@@ -75,6 +86,7 @@ pub struct Loader {
     file: Option<PathBuf>,
     env: Vec<(String, String)>,
     tolerated: Vec<String>,
+    embedded_demo: bool,
 }
 
 impl Loader {
@@ -120,6 +132,16 @@ impl Loader {
         self
     }
 
+    /// Marks this load as the embedded demo's: its launcher builds the
+    /// settings in-process and sets its own random credentials, so the
+    /// [`credential`] rules (length, published examples) are not applied.
+    /// Only code calls this; a binary started from the environment never
+    /// does.
+    pub fn embedded_demo(mut self) -> Self {
+        self.embedded_demo = true;
+        self
+    }
+
     /// Merges defaults, file and environment, then validates.
     ///
     /// # Errors
@@ -128,6 +150,9 @@ impl Loader {
     pub fn load<S: Settings>(&self) -> Result<S, SettingsError> {
         let defaults = default_keys::<S>();
         let mut errors = Vec::new();
+        // The credential values given (file, then environment): a `Secret`
+        // serializes masked, so the rules are checked on what was given.
+        let mut credentials: BTreeMap<String, String> = BTreeMap::new();
         let mut builder = config::Config::builder();
         for (key, value) in &defaults {
             builder = builder
@@ -157,6 +182,9 @@ impl Loader {
                 }
                 check_value(&defaults, &key, value.as_deref(), &mut errors);
                 if let Some(value) = value {
+                    if credential::is_credential_key(&key) && defaults.contains_key(&key) {
+                        credentials.insert(key.clone(), value.clone());
+                    }
                     file_values = file_values
                         .set_override(key.as_str(), typed(&defaults, &key, &value))
                         .map_err(|e| invalid(&key, "", e.to_string()))?;
@@ -169,7 +197,8 @@ impl Loader {
         }
 
         let sections = sections(&defaults);
-        for (name, value) in &self.env {
+        let env = secret_files(&self.env, &defaults, &sections)?;
+        for (name, value) in &env {
             let Some(key) = env_key(name, &defaults, &sections) else {
                 continue;
             };
@@ -177,6 +206,9 @@ impl Loader {
                 continue;
             }
             check_value(&defaults, &key, Some(value), &mut errors);
+            if credential::is_credential_key(&key) && defaults.contains_key(&key) {
+                credentials.insert(key.clone(), value.clone());
+            }
             builder = builder
                 .set_override(key.as_str(), typed(&defaults, &key, value))
                 .map_err(|e| invalid(&key, value, e.to_string()))?;
@@ -191,6 +223,9 @@ impl Loader {
             .map_err(|e| invalid("settings", "", e.to_string()))?;
         let mut v = Validator::new();
         settings.validate(&mut v);
+        for (key, value) in &credentials {
+            credential::check(&mut v, key, value, self.embedded_demo);
+        }
         let errors = v.into_errors();
         if errors.is_empty() {
             Ok(settings)
@@ -223,6 +258,58 @@ fn env_key(name: &str, defaults: &BTreeMap<String, Json>, sections: &[String]) -
     }
     let top = key.split('.').next().unwrap_or_default();
     (key.contains('.') && sections.iter().any(|s| s == top)).then_some(key)
+}
+
+/// The suffix of a variable naming the file that holds a credential.
+const FILE_SUFFIX: &str = "_FILE";
+
+/// Resolves `<NAME>_FILE` variables (Docker/Kubernetes secrets are mounted as
+/// files, so no token has to sit in `docker inspect` or a `.env`): where
+/// `<NAME>` maps to a credential key of the type, the file's content (trailing
+/// whitespace trimmed) becomes `<NAME>`'s value, unless `<NAME>` itself is
+/// given non-empty, which wins. Only credentials: any other `_FILE` variable
+/// is passed on unchanged and is an unknown key where it falls in a section.
+///
+/// # Errors
+/// [`SettingsError::SecretFile`] naming the variable and path of a file that
+/// cannot be read (or is not UTF-8).
+fn secret_files(
+    env: &[(String, String)],
+    defaults: &BTreeMap<String, Json>,
+    sections: &[String],
+) -> Result<Vec<(String, String)>, SettingsError> {
+    let credential_of = |name: &str| {
+        env_key(name, defaults, sections)
+            .filter(|key| credential::is_credential_key(key) && defaults.contains_key(key))
+    };
+    let given_directly = |name: &str| env.iter().any(|(n, v)| n == name && !v.is_empty());
+    let mut from_files: BTreeMap<String, String> = BTreeMap::new();
+    for (variable, path) in env {
+        let Some(name) = variable.strip_suffix(FILE_SUFFIX) else {
+            continue;
+        };
+        if credential_of(name).is_none() || given_directly(name) {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| SettingsError::SecretFile {
+            variable: variable.clone(),
+            path: PathBuf::from(path),
+            message: e.to_string(),
+        })?;
+        from_files.insert(name.to_owned(), text.trim_end().to_owned());
+    }
+    let mut resolved: Vec<(String, String)> = env
+        .iter()
+        .filter(|(name, _)| {
+            let file_of_credential = name
+                .strip_suffix(FILE_SUFFIX)
+                .is_some_and(|base| credential_of(base).is_some());
+            !file_of_credential && !from_files.contains_key(name)
+        })
+        .cloned()
+        .collect();
+    resolved.extend(from_files);
+    Ok(resolved)
 }
 
 /// Checks that `key` exists and that `value` has the default's type.
@@ -731,19 +818,176 @@ mod tests {
         assert!(keys::<Demo>().contains(&"inner.max_retries".to_owned()));
     }
 
+    /// A credential a service started from its environment accepts.
+    const LONG_TOKEN: &str = "s3cret-token-of-more-than-32-characters";
+
+    #[test]
+    fn short_or_published_credentials_refuse_to_load_naming_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.toml");
+        std::fs::write(&path, "admin_token = \"short\"\n").unwrap();
+        let errs = errors(Loader::new().file(&path).load());
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].key, "admin_token");
+        assert!(
+            errs[0].allowed.contains("at least 32 characters"),
+            "{errs:?}"
+        );
+        let published = credential::PUBLISHED_EXAMPLES[0];
+        let errs = errors(Loader::new().env([("ADMIN_TOKEN", published)]).load());
+        assert_eq!(errs[0].key, "admin_token");
+        assert!(errs[0].value.contains("published example"), "{errs:?}");
+        assert!(!errs[0].to_string().contains(published), "{errs:?}");
+        // The embedded demo's launcher sets its own tokens: its loads pass.
+        let s: Demo = Loader::new()
+            .embedded_demo()
+            .env([("ADMIN_TOKEN", "short")])
+            .load()
+            .unwrap();
+        assert_eq!(s.admin_token.expose(), "short");
+        // Empty admits nobody, and is accepted.
+        assert!(
+            Loader::new()
+                .env([("ADMIN_TOKEN", "")])
+                .load::<Demo>()
+                .is_ok()
+        );
+    }
+
+    /// A `<NAME>_FILE` secret in `dir` holding `content`; returns its path.
+    fn secret_file(dir: &tempfile::TempDir, content: &str) -> String {
+        let path = dir.path().join("token");
+        std::fs::write(&path, content).unwrap();
+        path.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn a_credential_is_read_from_its_file_variable_trimmed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = secret_file(&dir, &format!("{LONG_TOKEN}\n \n"));
+        let s: Demo = Loader::new()
+            .env([("ADMIN_TOKEN_FILE", path.as_str())])
+            .load()
+            .unwrap();
+        assert_eq!(s.admin_token.expose(), LONG_TOKEN);
+        // Compose passes `${SERVICE_TOKEN:-}`: an empty variable does not hide
+        // the file.
+        let s: Demo = Loader::new()
+            .env([("ADMIN_TOKEN", ""), ("ADMIN_TOKEN_FILE", path.as_str())])
+            .load()
+            .unwrap();
+        assert_eq!(s.admin_token.expose(), LONG_TOKEN);
+    }
+
+    #[test]
+    fn a_non_empty_variable_wins_over_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = secret_file(&dir, LONG_TOKEN);
+        let direct = "another-token-of-more-than-32-characters";
+        for env in [
+            [("ADMIN_TOKEN", direct), ("ADMIN_TOKEN_FILE", path.as_str())],
+            [("ADMIN_TOKEN_FILE", path.as_str()), ("ADMIN_TOKEN", direct)],
+        ] {
+            let s: Demo = Loader::new().env(env).load().unwrap();
+            assert_eq!(s.admin_token.expose(), direct);
+        }
+        // ...even when the file it names is missing: it is not read at all.
+        let s: Demo = Loader::new()
+            .env([
+                ("ADMIN_TOKEN", direct),
+                ("ADMIN_TOKEN_FILE", "/nonexistent/x"),
+            ])
+            .load()
+            .unwrap();
+        assert_eq!(s.admin_token.expose(), direct);
+    }
+
+    #[test]
+    fn an_unreadable_secret_file_names_the_variable_and_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing").to_string_lossy().into_owned();
+        let err = Loader::new()
+            .env([("ADMIN_TOKEN_FILE", missing.as_str())])
+            .load::<Demo>()
+            .unwrap_err();
+        assert!(
+            matches!(&err, SettingsError::SecretFile { variable, path, .. }
+                if variable == "ADMIN_TOKEN_FILE" && path.to_string_lossy() == missing),
+            "{err:?}"
+        );
+        let shown = err.to_string();
+        assert!(
+            shown.contains("ADMIN_TOKEN_FILE") && shown.contains(&missing),
+            "{shown}"
+        );
+        // A directory is not a readable file either.
+        let dir_path = dir.path().to_string_lossy().into_owned();
+        let err = Loader::new()
+            .env([("ADMIN_TOKEN_FILE", dir_path.as_str())])
+            .load::<Demo>()
+            .unwrap_err();
+        assert!(matches!(err, SettingsError::SecretFile { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn the_credential_rules_apply_to_a_files_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = secret_file(&dir, "short\n");
+        let errs = errors(
+            Loader::new()
+                .env([("ADMIN_TOKEN_FILE", path.as_str())])
+                .load(),
+        );
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].key, "admin_token");
+        assert!(
+            errs[0].allowed.contains("at least 32 characters"),
+            "{errs:?}"
+        );
+        let path = secret_file(&dir, credential::PUBLISHED_EXAMPLES[0]);
+        let errs = errors(
+            Loader::new()
+                .env([("ADMIN_TOKEN_FILE", path.as_str())])
+                .load(),
+        );
+        assert!(errs[0].value.contains("published example"), "{errs:?}");
+    }
+
+    #[test]
+    fn only_credentials_are_read_from_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = secret_file(&dir, "9");
+        // Under a section, a `_FILE` of a non-credential is an unknown key,
+        // and its file is not read.
+        let errs = errors(
+            Loader::new()
+                .env([("INNER__MAX_RETRIES_FILE", path.as_str())])
+                .load(),
+        );
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].key, "inner.max_retries_file");
+        // At the top level, a variable naming no key is not ours (as `PATH`):
+        // ignored, the default stays.
+        let s: Demo = Loader::new()
+            .env([("DATABASE_URL_FILE", path.as_str())])
+            .load()
+            .unwrap();
+        assert_eq!(s.database_url, Demo::default().database_url);
+    }
+
     #[test]
     fn rendered_settings_mask_secrets() {
         let s: Demo = Loader::new()
             .env([
-                ("ADMIN_TOKEN", "s3cret-token"),
+                ("ADMIN_TOKEN", LONG_TOKEN),
                 ("DATABASE_URL", "postgres://app:pa55word@db/x"),
             ])
             .load()
             .unwrap();
-        assert_eq!(s.admin_token.expose(), "s3cret-token");
+        assert_eq!(s.admin_token.expose(), LONG_TOKEN);
         let out = render(&s);
         assert!(
-            !out.contains("s3cret-token") && !out.contains("pa55word"),
+            !out.contains(LONG_TOKEN) && !out.contains("pa55word"),
             "{out}"
         );
         assert!(out.contains("admin_token = \"********\""), "{out}");

@@ -21,7 +21,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{SecretUrl, Validator, common::LogSettings, common::PoolSettings};
+use super::{Seconds, SecretUrl, Validator, common::LogSettings, common::PoolSettings};
 use crate::topology::Node;
 
 /// Listeners, logging and trace export: what makes any ShopEasy binary a
@@ -38,6 +38,111 @@ pub struct ProcessSettings {
     pub otel_exporter_otlp_endpoint: String,
     /// Logging (`LOG__FORMAT`, `LOG__LEVEL`).
     pub log: LogSettings,
+    /// Admission control of the public listener (`ADMISSION__*`): the
+    /// adaptive concurrency limit, its short queue and the refusal's hint.
+    pub admission: AdmissionSettings,
+}
+
+/// Admission control of a service's public listener (SPEC §11): an adaptive
+/// concurrency limit between `min_limit` and `max_limit`, a queue of at most
+/// `queue_size` requests waiting at most `queue_timeout_seconds`, and a 503
+/// `overloaded` (gRPC `RESOURCE_EXHAUSTED`) telling callers to come back
+/// after `retry_after_seconds`. The admin listener is never
+/// admission-controlled.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct AdmissionSettings {
+    /// `false` serves every request (for a benchmark of the bare service).
+    pub enabled: bool,
+    /// The limit at start, and what it recovers to under light load.
+    pub initial_limit: u32,
+    /// The limit never falls below this.
+    pub min_limit: u32,
+    /// The limit never grows above this.
+    pub max_limit: u32,
+    /// Requests that may wait for a slot at once (0: none wait).
+    pub queue_size: u32,
+    /// The longest a request waits for a slot; kept short, so a queue
+    /// never holds what the service cannot serve.
+    pub queue_timeout_seconds: Seconds,
+    /// The service's own deadline for a request whose caller sent none
+    /// (`shopeasy-deadline-ms`, `grpc-timeout`), and the cap on one that did.
+    pub default_deadline_seconds: Seconds,
+    /// `Retry-After` (and `grpc-retry-pushback-ms`) of a refusal.
+    pub retry_after_seconds: u32,
+}
+
+impl Default for AdmissionSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            initial_limit: 64,
+            min_limit: 4,
+            max_limit: 1000,
+            queue_size: 64,
+            queue_timeout_seconds: Seconds::new(1.0),
+            default_deadline_seconds: Seconds::new(10.0),
+            retry_after_seconds: 1,
+        }
+    }
+}
+
+impl AdmissionSettings {
+    /// Validates under `prefix` (`admission`): each value in range, and
+    /// `min_limit ≤ initial_limit ≤ max_limit`.
+    pub fn validate(&self, prefix: &str, v: &mut Validator) {
+        v.within(prefix, |v| {
+            v.number("initial_limit", self.initial_limit, 1..=100_000);
+            v.number("min_limit", self.min_limit, 1..=100_000);
+            v.number("max_limit", self.max_limit, 1..=100_000);
+            if self.min_limit > self.max_limit {
+                v.fail(
+                    "min_limit",
+                    self.min_limit,
+                    format!("must not exceed max_limit ({})", self.max_limit),
+                );
+            }
+            if self.initial_limit < self.min_limit || self.initial_limit > self.max_limit {
+                v.fail(
+                    "initial_limit",
+                    self.initial_limit,
+                    format!(
+                        "must be between min_limit ({}) and max_limit ({})",
+                        self.min_limit, self.max_limit
+                    ),
+                );
+            }
+            v.number("queue_size", self.queue_size, 0..=100_000);
+            v.seconds(
+                "queue_timeout_seconds",
+                self.queue_timeout_seconds,
+                0.0..=10.0,
+            );
+            v.seconds(
+                "default_deadline_seconds",
+                self.default_deadline_seconds,
+                0.01..=3600.0,
+            );
+            v.number("retry_after_seconds", self.retry_after_seconds, 1..=3600);
+        });
+    }
+
+    /// The resilience crate's configuration of these settings.
+    pub fn config(&self) -> shopeasy_resilience::admission::AdmissionConfig {
+        use shopeasy_resilience::admission::{AdmissionConfig, LimitConfig};
+        let n = |x: u32| usize::try_from(x).unwrap_or(usize::MAX);
+        AdmissionConfig {
+            limit: LimitConfig {
+                initial: n(self.initial_limit),
+                min: n(self.min_limit),
+                max: n(self.max_limit),
+            },
+            queue_size: n(self.queue_size),
+            queue_timeout: self.queue_timeout_seconds.get(),
+            default_deadline: self.default_deadline_seconds.get(),
+            retry_after: std::time::Duration::from_secs(u64::from(self.retry_after_seconds)),
+        }
+    }
 }
 
 impl ProcessSettings {
@@ -49,6 +154,7 @@ impl ProcessSettings {
             admin_addr: node.admin_addr(),
             otel_exporter_otlp_endpoint: String::new(),
             log: LogSettings::default(),
+            admission: AdmissionSettings::default(),
         }
     }
 
@@ -78,6 +184,7 @@ impl ProcessSettings {
             true,
         );
         self.log.validate("log", v);
+        self.admission.validate("admission", v);
     }
 }
 

@@ -5,6 +5,19 @@
 //! from the request's *intended* send time. A closed-loop tool that waits for
 //! answers before sending hides a stalled server (coordinated omission); this
 //! one does not.
+//!
+//! `--sweep` draws the overload curve instead ([`sweep`]): capacity
+//! search, then steps at multiples of it, a CSV and an SVG plot.
+//!
+//! Modules: [`step`] (one open-loop step and its counts), [`sweep`] (the
+//! search and the steps), [`plot`] (the SVG), [`procstat`] (the target's
+//! descriptors and RSS), [`restock`] (stock before each step).
+
+pub mod plot;
+pub mod procstat;
+pub mod restock;
+pub mod step;
+pub mod sweep;
 
 use std::{collections::BTreeMap, fmt, sync::Arc, time::Duration};
 
@@ -45,6 +58,9 @@ pub struct LoadArgs {
     /// Print no progress line.
     #[arg(long)]
     pub quiet: bool,
+    /// The overload sweep (`--sweep` and its options).
+    #[command(flatten)]
+    pub sweep: sweep::SweepArgs,
 }
 
 /// What one request did.
@@ -314,7 +330,18 @@ mod tests {
             timeout: 2.0,
             seed: 7,
             quiet: true,
+            sweep: sweep_defaults(),
         }
+    }
+
+    fn sweep_defaults() -> sweep::SweepArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            load: LoadArgs,
+        }
+        Cli::parse_from(["x"]).load.sweep
     }
 
     async fn stub(fail_every: usize, delay: Duration) -> String {

@@ -1,0 +1,623 @@
+//! The gateway protects itself from its callers (issue 14, SPEC §11): the
+//! connection cap, the per-route in-flight cap, the per-client rate limit,
+//! the head buffer, the whole-body deadline, the per-origin upstream cap and
+//! bounded method labels. Real servers on 127.0.0.1:0, real time with short
+//! settings, bounded waits.
+
+// Test helpers outside #[test] functions may unwrap too.
+#![allow(clippy::unwrap_used)]
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use shopeasy_gateway::{App, GatewaySettings};
+use shopeasy_runtime::{
+    lifecycle::{self, Running},
+    settings::Seconds,
+};
+use shopeasy_testkit::{Metrics, assert_eventually};
+use tokio::{
+    io::{AsyncRead, AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    sync::Semaphore,
+    time::{Instant, timeout},
+};
+
+// ---------------------------------------------------------------- gateway
+
+struct Gateway {
+    addr: SocketAddr,
+    admin: SocketAddr,
+    _server: Running,
+}
+
+/// Settings with both routes on `product` and `order`, short timeouts and
+/// limits loose enough not to get in the way of the test's own.
+fn settings(product: SocketAddr, order: SocketAddr) -> GatewaySettings {
+    let mut s = GatewaySettings::default();
+    s.process.ephemeral();
+    s.routes.product_url = format!("http://{product}");
+    s.routes.order_url = format!("http://{order}");
+    s.resilience.gateway.activity_timeout_seconds = Seconds::new(1.0);
+    s.resilience.gateway.connect_timeout_seconds = Seconds::new(2.0);
+    s.limits.client_requests_per_second = 100_000;
+    s.limits.client_burst = 100_000;
+    s
+}
+
+async fn gateway(settings: GatewaySettings) -> Gateway {
+    let server = lifecycle::spawn::<App>(settings).await.unwrap();
+    Gateway {
+        addr: server.local_addr(),
+        admin: server.admin_addr(),
+        _server: server,
+    }
+}
+
+impl Gateway {
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    async fn metrics(&self) -> Metrics {
+        let text = reqwest::get(format!("http://{}/metrics", self.admin))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        Metrics::parse(&text)
+    }
+
+    async fn open_connections(&self) -> f64 {
+        self.metrics()
+            .await
+            .get("shopeasy_gateway_open_connections", &[])
+            .unwrap_or(0.0)
+    }
+}
+
+fn http_from(local: IpAddr) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .local_address(local)
+        .build()
+        .unwrap()
+}
+
+fn http() -> reqwest::Client {
+    http_from(IpAddr::from([127, 0, 0, 1]))
+}
+
+// ---------------------------------------------------------------- the fake
+
+/// What the fake service saw.
+#[derive(Default)]
+struct Seen {
+    open: AtomicUsize,
+    max_open: AtomicUsize,
+    arrivals: AtomicUsize,
+}
+
+/// A keep-alive HTTP/1.1 service answering `200 ok` to every request, after
+/// `hold` and, when `gate` is given, after taking one of its permits.
+struct Fake {
+    addr: SocketAddr,
+    seen: Arc<Seen>,
+    gate: Option<Arc<Semaphore>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+impl Fake {
+    async fn start(hold: Duration, gated: bool) -> Fake {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Seen::default());
+        let gate = gated.then(|| Arc::new(Semaphore::new(0)));
+        let (s, g) = (seen.clone(), gate.clone());
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let (seen, gate) = (s.clone(), g.clone());
+                let open = seen.open.fetch_add(1, Ordering::SeqCst) + 1;
+                seen.max_open.fetch_max(open, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    serve_fake(stream, &seen, hold, gate).await;
+                    seen.open.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        Fake {
+            addr,
+            seen,
+            gate,
+            accept,
+        }
+    }
+
+    fn release(&self, n: usize) {
+        self.gate.as_ref().unwrap().add_permits(n);
+    }
+}
+
+async fn serve_fake(
+    mut stream: TcpStream,
+    seen: &Seen,
+    hold: Duration,
+    gate: Option<Arc<Semaphore>>,
+) {
+    while let Some((_, _)) = read_message(&mut stream).await {
+        seen.arrivals.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(hold).await;
+        if let Some(gate) = &gate {
+            gate.acquire().await.unwrap().forget();
+        }
+        let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        if stream.write_all(reply).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Reads one HTTP/1.1 message with a `Content-Length` (or none) body:
+/// its head and its body; `None` at EOF.
+async fn read_message<S: AsyncRead + Unpin>(stream: &mut S) -> Option<(String, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte).await {
+            Ok(1) => buf.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).into_owned();
+    let length = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    stream.read_exact(&mut body).await.ok()?;
+    Some((head, body))
+}
+
+fn status_of(head: &str) -> u16 {
+    head.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+const GET: &[u8] = b"GET /api/products/1 HTTP/1.1\r\nHost: shop\r\n\r\n";
+
+/// One GET on `stream`, answered within `within`: its status.
+async fn get_on(stream: &mut TcpStream, within: Duration) -> Option<u16> {
+    stream.write_all(GET).await.ok()?;
+    let (head, _) = timeout(within, read_message(stream)).await.ok()??;
+    Some(status_of(&head))
+}
+
+// ---------------------------------------------------------------- tests
+
+#[tokio::test]
+async fn at_the_connection_cap_no_more_are_accepted_and_held_ones_keep_being_served() {
+    let fake = Fake::start(Duration::ZERO, false).await;
+    let mut s = settings(fake.addr, fake.addr);
+    s.limits.max_connections = 3;
+    let gw = gateway(s).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut c = TcpStream::connect(gw.addr).await.unwrap();
+        assert_eq!(get_on(&mut c, Duration::from_secs(2)).await, Some(200));
+        held.push(c);
+    }
+    // Ten more: the kernel completes their handshakes (backlog), the
+    // gateway does not accept them, so their requests wait.
+    let mut waiting = Vec::new();
+    for _ in 0..10 {
+        let mut c = TcpStream::connect(gw.addr).await.unwrap();
+        c.write_all(GET).await.unwrap();
+        waiting.push(c);
+    }
+    for c in &mut waiting {
+        let answered = timeout(Duration::from_millis(50), read_message(c)).await;
+        assert!(answered.is_err(), "a connection past the cap was served");
+    }
+    assert_eq!(gw.open_connections().await, 3.0);
+    // The held connections keep being served, again and again.
+    for c in &mut held {
+        for _ in 0..3 {
+            assert_eq!(get_on(c, Duration::from_secs(2)).await, Some(200));
+        }
+    }
+    assert_eq!(gw.open_connections().await, 3.0);
+    // One closes: exactly one waiting connection is taken in and served.
+    drop(held.pop());
+    let mut served = None;
+    let started = Instant::now();
+    while served.is_none() && started.elapsed() < Duration::from_secs(3) {
+        for (i, c) in waiting.iter_mut().enumerate() {
+            if let Ok(Some((head, _))) = timeout(Duration::from_millis(20), read_message(c)).await {
+                assert_eq!(status_of(&head), 200);
+                served = Some(i);
+                break;
+            }
+        }
+    }
+    let served = served.expect("a waiting connection was served after one closed");
+    assert_eq!(gw.open_connections().await, 3.0);
+    for (i, c) in waiting.iter_mut().enumerate() {
+        if i != served {
+            let answered = timeout(Duration::from_millis(20), read_message(c)).await;
+            assert!(answered.is_err(), "only one waiting connection got in");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_body_trickled_within_the_activity_interval_ends_at_the_body_deadline_with_408() {
+    let fake = Fake::start(Duration::ZERO, false).await;
+    let mut s = settings(fake.addr, fake.addr);
+    // Activity 1 s, one byte every 0.8 s: only the body deadline ends it.
+    s.limits.request_body_timeout_seconds = Seconds::new(2.5);
+    let gw = gateway(s).await;
+    let stream = TcpStream::connect(gw.addr).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let started = Instant::now();
+    write
+        .write_all(b"POST /api/orders HTTP/1.1\r\nHost: shop\r\nContent-Length: 100\r\n\r\n")
+        .await
+        .unwrap();
+    let trickle = tokio::spawn(async move {
+        for _ in 0..100 {
+            if write.write_all(b"x").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(800)).await;
+        }
+    });
+    let (head, body) = timeout(Duration::from_secs(6), read_message(&mut read))
+        .await
+        .expect("answered before the client gave up")
+        .unwrap();
+    let took = started.elapsed();
+    trickle.abort();
+    assert_eq!(status_of(&head), 408, "{head}");
+    assert!(
+        took >= Duration::from_millis(2500),
+        "not before the deadline: {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(3500),
+        "at the deadline: {took:?}"
+    );
+    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(
+        body["detail"].as_str().unwrap().contains("2500 ms"),
+        "{body}"
+    );
+    assert_eq!(
+        header(&head, "proxy-status"),
+        Some("shopeasy-gateway; error=http_request_error")
+    );
+}
+
+#[tokio::test]
+async fn a_thousand_made_up_methods_add_at_most_one_metric_series() {
+    let fake = Fake::start(Duration::ZERO, false).await;
+    let gw = gateway(settings(fake.addr, fake.addr)).await;
+    let http = http();
+    let series = |m: &Metrics| m.matching("shopeasy_gateway_requests_total", &[]).count();
+    assert_eq!(
+        http.get(gw.url("/api/products/1"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let before = series(&gw.metrics().await);
+    for i in 0..1000 {
+        let method = reqwest::Method::from_bytes(format!("MADEUP{i}").as_bytes()).unwrap();
+        let r = http
+            .request(method, gw.url("/api/products/1"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405);
+        assert!(r.headers()["allow"].to_str().unwrap().contains("PATCH"));
+    }
+    let after = gw.metrics().await;
+    assert!(
+        series(&after) <= before + 1,
+        "{before} series before, {} after",
+        series(&after)
+    );
+    assert_eq!(
+        after.sum(
+            "shopeasy_gateway_requests_total",
+            &[("outcome", "method_not_allowed")]
+        ),
+        1000.0
+    );
+    assert_eq!(
+        fake.seen.arrivals.load(Ordering::SeqCst),
+        1,
+        "never forwarded"
+    );
+}
+
+#[tokio::test]
+async fn a_rate_limited_client_gets_429_with_the_headers_and_others_are_untouched() {
+    let fake = Fake::start(Duration::ZERO, false).await;
+    let mut s = settings(fake.addr, fake.addr);
+    s.limits.client_requests_per_second = 1;
+    s.limits.client_burst = 3;
+    let gw = gateway(s).await;
+    let a = http_from(IpAddr::from([127, 0, 0, 1]));
+    let b = http_from(IpAddr::from([127, 0, 0, 2]));
+    for left in (0..3).rev() {
+        let r = a.get(gw.url("/api/products/1")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["ratelimit-policy"], "\"default\";q=3;w=3");
+        let rate = r.headers()["ratelimit"].to_str().unwrap();
+        assert!(
+            rate.starts_with(&format!("\"default\";r={left};t=")),
+            "{rate}"
+        );
+    }
+    let r = a.get(gw.url("/api/products/1")).send().await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert_eq!(r.headers()["ratelimit-policy"], "\"default\";q=3;w=3");
+    let rate = r.headers()["ratelimit"].to_str().unwrap().to_owned();
+    assert!(rate.starts_with("\"default\";r=0;t="), "{rate}");
+    assert_eq!(
+        r.headers()["proxy-status"],
+        "shopeasy-gateway; error=http_request_denied"
+    );
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert!(
+        body["detail"].as_str().unwrap().contains("retry after 1 s"),
+        "{body}"
+    );
+    // Another address is untouched: its whole burst is there.
+    for _ in 0..3 {
+        let r = b.get(gw.url("/api/products/1")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    assert_eq!(
+        fake.seen.arrivals.load(Ordering::SeqCst),
+        6,
+        "the 429 was never forwarded"
+    );
+}
+
+#[tokio::test]
+async fn a_saturated_route_answers_503_while_the_other_route_still_answers() {
+    let product = Fake::start(Duration::ZERO, true).await;
+    let order = Fake::start(Duration::ZERO, false).await;
+    let mut s = settings(product.addr, order.addr);
+    s.limits.max_in_flight_per_route = 2;
+    s.resilience.gateway.activity_timeout_seconds = Seconds::new(10.0);
+    let gw = gateway(s).await;
+    let http = http();
+    let held: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(http.get(gw.url("/api/products/1")).send()))
+        .collect();
+    let seen = product.seen.clone();
+    assert_eventually(Duration::from_secs(3), "both reach product", async || {
+        seen.arrivals.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    let started = Instant::now();
+    let r = http.get(gw.url("/api/products/2")).send().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "refused at once"
+    );
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert_eq!(
+        r.headers()["proxy-status"],
+        "shopeasy-gateway; error=connection_limit_reached; details=\"product route in-flight cap\""
+    );
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert!(
+        body["type"].as_str().unwrap().ends_with("overloaded"),
+        "{body}"
+    );
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("2 requests in flight"),
+        "{body}"
+    );
+    assert_eq!(
+        product.seen.arrivals.load(Ordering::SeqCst),
+        2,
+        "not forwarded"
+    );
+    // The order route is not affected.
+    let r = http.get(gw.url("/api/orders/1")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    // Released, the held ones complete and the route takes requests again.
+    product.release(3);
+    for h in held {
+        assert_eq!(h.await.unwrap().unwrap().status(), 200);
+    }
+    let r = http.get(gw.url("/api/products/3")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn the_service_never_sees_more_connections_than_the_per_origin_cap() {
+    let fake = Fake::start(Duration::from_millis(100), false).await;
+    let mut s = settings(fake.addr, fake.addr);
+    s.limits.max_upstream_connections_per_origin = 3;
+    let gw = gateway(s).await;
+    let http = http();
+    let requests: Vec<_> = (0..12)
+        .map(|i| tokio::spawn(http.get(gw.url(&format!("/api/products/{i}"))).send()))
+        .collect();
+    for r in requests {
+        assert_eq!(r.await.unwrap().unwrap().status(), 200);
+    }
+    let max = fake.seen.max_open.load(Ordering::SeqCst);
+    assert_eq!(max, 3, "at most the cap, and the cap was used");
+    assert_eq!(fake.seen.arrivals.load(Ordering::SeqCst), 12);
+}
+
+#[tokio::test]
+async fn waiting_for_an_upstream_connection_ends_in_503_at_the_connect_timeout() {
+    let fake = Fake::start(Duration::ZERO, true).await;
+    let mut s = settings(fake.addr, fake.addr);
+    s.limits.max_upstream_connections_per_origin = 1;
+    s.resilience.gateway.activity_timeout_seconds = Seconds::new(10.0);
+    s.resilience.gateway.connect_timeout_seconds = Seconds::new(0.3);
+    let gw = gateway(s).await;
+    let http = http();
+    let held = tokio::spawn(http.get(gw.url("/api/products/1")).send());
+    let seen = fake.seen.clone();
+    assert_eventually(
+        Duration::from_secs(3),
+        "the first reaches the service",
+        async || seen.arrivals.load(Ordering::SeqCst) == 1,
+    )
+    .await;
+    let started = Instant::now();
+    let r = http.get(gw.url("/api/products/2")).send().await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(r.status(), 503);
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    assert_eq!(
+        r.headers()["proxy-status"],
+        "shopeasy-gateway; error=connection_limit_reached; details=\"upstream connection cap\""
+    );
+    assert_eq!(fake.seen.max_open.load(Ordering::SeqCst), 1);
+    fake.release(1);
+    assert_eq!(held.await.unwrap().unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn a_head_past_the_buffer_is_refused_with_431_without_waiting_for_its_end() {
+    let fake = Fake::start(Duration::ZERO, false).await;
+    let mut s = settings(fake.addr, fake.addr);
+    s.limits.max_header_bytes = 8192;
+    // hyper's header read timeout is the activity timeout: far away.
+    s.resilience.gateway.activity_timeout_seconds = Seconds::new(30.0);
+    let gw = gateway(s).await;
+    // A head just over the cap but inside the buffer: the problem+json 431.
+    let mut c = TcpStream::connect(gw.addr).await.unwrap();
+    let filler = "a".repeat(8300);
+    c.write_all(
+        format!("GET /api/products/1 HTTP/1.1\r\nHost: shop\r\nX-Big: {filler}\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let (head, _) = timeout(Duration::from_secs(3), read_message(&mut c))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status_of(&head), 431);
+    assert_eq!(
+        header(&head, "content-type"),
+        Some("application/problem+json")
+    );
+    // An unfinished head of 64 KiB: with a 1 MiB buffer hyper would wait
+    // for its end (30 s); capped near 8 KiB it answers 431 once the
+    // buffer is full, having read at most about that much.
+    let mut c = TcpStream::connect(gw.addr).await.unwrap();
+    let started = Instant::now();
+    c.write_all(b"GET /api/products/1 HTTP/1.1\r\nHost: shop\r\nX-Big: ")
+        .await
+        .unwrap();
+    let big = vec![b'a'; 64 * 1024];
+    let _ = timeout(Duration::from_secs(1), c.write_all(&big)).await;
+    let mut answer = Vec::new();
+    let _ = timeout(Duration::from_secs(3), c.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(fake.seen.arrivals.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn the_gateways_own_admission_sheds_at_its_limit_and_is_reported() {
+    let product = Fake::start(Duration::ZERO, true).await;
+    let order = Fake::start(Duration::ZERO, false).await;
+    let mut s = settings(product.addr, order.addr);
+    s.resilience.gateway.activity_timeout_seconds = Seconds::new(10.0);
+    let a = &mut s.process.admission;
+    a.enabled = true;
+    (a.initial_limit, a.min_limit, a.max_limit, a.queue_size) = (1, 1, 1, 0);
+    let gw = gateway(s).await;
+    let http = http();
+    let held = tokio::spawn(http.get(gw.url("/api/products/1")).send());
+    let seen = product.seen.clone();
+    assert_eventually(
+        Duration::from_secs(3),
+        "the first reaches product",
+        async || seen.arrivals.load(Ordering::SeqCst) == 1,
+    )
+    .await;
+    // The other route has room of its own, but the gateway's limit is 1.
+    let started = Instant::now();
+    let r = http.get(gw.url("/api/orders/1")).send().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "refused at once"
+    );
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert_eq!(
+        r.headers()["proxy-status"],
+        "shopeasy-gateway; error=connection_limit_reached; details=\"gateway admission limit\""
+    );
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["reason"], "refused_full", "{body}");
+    assert_eq!(
+        order.seen.arrivals.load(Ordering::SeqCst),
+        0,
+        "shed before any work"
+    );
+    let report: serde_json::Value = reqwest::get(format!("http://{}/admin/resilience", gw.admin))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let admission = &report["admission"];
+    assert_eq!(admission["listener"], "gateway", "{report}");
+    assert_eq!(admission["in_flight"], 1, "{report}");
+    assert_eq!(admission["requests"]["refused_full"], 1, "{report}");
+    product.release(1);
+    assert_eq!(held.await.unwrap().unwrap().status(), 200);
+    let r = http.get(gw.url("/api/orders/1")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+}

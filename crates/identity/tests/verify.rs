@@ -1,0 +1,335 @@
+//! Each way a token can be wrong gets its own error and a 401 with an RFC
+//! 6750 challenge; a good token gives its claims. Keys come from a real
+//! JWKS provider on 127.0.0.1:0.
+
+mod support;
+
+use axum::{
+    Router,
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    routing::get,
+};
+use shopeasy_identity::{AuthError, AuthSettings, Authenticated, Verifier};
+use support::{AUDIENCE, ISSUER, Provider, b64, claims, key, now, settings};
+
+/// A verifier over a provider publishing key 1.
+async fn verifier() -> (Verifier, Provider) {
+    let k = key(1);
+    let (provider, addr) = Provider::start(&[&k]).await;
+    let v =
+        Verifier::from_settings(&settings(format!("http://{addr}/jwks.json"))).expect("verifier");
+    (v, provider)
+}
+
+fn with(claims: serde_json::Value, edit: impl FnOnce(&mut serde_json::Value)) -> serde_json::Value {
+    let mut c = claims;
+    edit(&mut c);
+    c
+}
+
+#[tokio::test]
+async fn a_valid_token_gives_its_customer_and_scopes() {
+    let (v, provider) = verifier().await;
+    let token = key(1).sign(&claims("alice")).expect("sign");
+    let c = v.verify(&token).await.expect("valid");
+    assert_eq!(c.customer_id(), "alice");
+    assert!(c.has_scope("orders:write"));
+    assert_eq!(c.client_id.as_deref(), Some("test"));
+    assert_eq!(
+        provider.requests(),
+        1,
+        "the first token fetched the keys once"
+    );
+    v.verify(&token).await.expect("valid again");
+    assert_eq!(provider.requests(), 1, "later tokens use the cached keys");
+}
+
+#[tokio::test]
+async fn every_bad_token_gets_its_own_error() {
+    let (v, _provider) = verifier().await;
+    let good = claims("alice");
+    let signed = |c: serde_json::Value| key(1).sign(&c).expect("sign");
+    let cases: Vec<(&str, String, AuthError)> = vec![
+        (
+            "expired beyond the leeway",
+            signed(with(good.clone(), |c| c["exp"] = (now() - 120).into())),
+            AuthError::Expired,
+        ),
+        (
+            "not valid yet beyond the leeway",
+            signed(with(good.clone(), |c| c["nbf"] = (now() + 600).into())),
+            AuthError::NotYetValid,
+        ),
+        (
+            "another issuer",
+            signed(with(good.clone(), |c| {
+                c["iss"] = "https://evil.test".into()
+            })),
+            AuthError::WrongIssuer,
+        ),
+        (
+            "another audience",
+            signed(with(good.clone(), |c| c["aud"] = "someone-else".into())),
+            AuthError::WrongAudience,
+        ),
+        (
+            "no sub",
+            signed(with(good.clone(), |c| {
+                c.as_object_mut().expect("object").remove("sub");
+            })),
+            AuthError::MissingClaim("sub"),
+        ),
+        (
+            "no exp",
+            signed(with(good.clone(), |c| {
+                c.as_object_mut().expect("object").remove("exp");
+            })),
+            AuthError::MissingClaim("exp"),
+        ),
+        (
+            // jsonwebtoken treats a `sub` of the wrong type as absent.
+            "a numeric sub",
+            signed(with(good.clone(), |c| c["sub"] = 42.into())),
+            AuthError::MissingClaim("sub"),
+        ),
+        (
+            "an empty sub",
+            signed(with(good.clone(), |c| c["sub"] = "".into())),
+            AuthError::InvalidClaim("sub"),
+        ),
+        ("malformed", "not-a-jwt".into(), AuthError::Malformed),
+        (
+            "alg none",
+            format!(
+                "{}.{}.",
+                b64(format!(r#"{{"alg":"none","kid":"{}"}}"#, key(1).kid())),
+                b64(good.to_string())
+            ),
+            AuthError::UnsupportedAlgorithm,
+        ),
+    ];
+    for (what, token, expected) in cases {
+        let got = v.verify(&token).await.err();
+        assert_eq!(got, Some(expected.clone()), "{what}");
+        let response = expected.to_response();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{what}");
+        let challenge = response.headers()[header::WWW_AUTHENTICATE]
+            .to_str()
+            .expect("ascii");
+        assert!(
+            challenge.starts_with(
+                "Bearer realm=\"shopeasy\", error=\"invalid_token\", error_description=\""
+            ),
+            "{what}: {challenge}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_token_signed_by_another_key_under_our_kid_fails_its_signature() {
+    let (v, _provider) = verifier().await;
+    let forged = key(9).sign(&claims("alice")).expect("sign");
+    // Re-label the forger's token with our key's kid.
+    let mut parts: Vec<String> = forged.split('.').map(str::to_owned).collect();
+    parts[0] = b64(format!(
+        r#"{{"alg":"EdDSA","typ":"at+jwt","kid":"{}"}}"#,
+        key(1).kid()
+    ));
+    assert_eq!(
+        v.verify(&parts.join(".")).await.err(),
+        Some(AuthError::BadSignature)
+    );
+}
+
+#[tokio::test]
+async fn an_hs256_token_keyed_with_our_public_key_is_refused() {
+    let (v, _provider) = verifier().await;
+    let public = key(1).jwk().clone();
+    let secret = serde_json::to_vec(&public).expect("json");
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.kid = Some(key(1).kid().to_owned());
+    let token = jsonwebtoken::encode(
+        &header,
+        &claims("mallory"),
+        &jsonwebtoken::EncodingKey::from_secret(&secret).expect("key"),
+    )
+    .expect("sign");
+    assert_eq!(
+        v.verify(&token).await.err(),
+        Some(AuthError::UnsupportedAlgorithm)
+    );
+}
+
+#[tokio::test]
+async fn a_little_clock_skew_is_forgiven() {
+    let (v, _provider) = verifier().await;
+    let skewed = with(claims("alice"), |c| {
+        c["exp"] = (now() - 10).into();
+        c["nbf"] = (now() + 10).into();
+    });
+    let token = key(1).sign(&skewed).expect("sign");
+    v.verify(&token).await.expect("within the 30 s leeway");
+}
+
+#[tokio::test]
+async fn a_configured_public_key_verifies_without_a_jwks() {
+    let v = Verifier::from_settings(&AuthSettings {
+        public_key_pem: support::public_pem(&key(3)),
+        issuer: ISSUER.into(),
+        audience: AUDIENCE.into(),
+        ..AuthSettings::default()
+    })
+    .expect("verifier");
+    let c = v
+        .verify(&key(3).sign(&claims("bob")).expect("sign"))
+        .await
+        .expect("valid");
+    assert_eq!(c.customer_id(), "bob");
+    assert_eq!(
+        v.verify(&key(4).sign(&claims("bob")).expect("sign"))
+            .await
+            .err(),
+        Some(AuthError::BadSignature)
+    );
+}
+
+#[tokio::test]
+async fn an_axum_route_answers_401_with_a_challenge_and_a_problem() {
+    let (v, _provider) = verifier().await;
+    async fn mine(Authenticated(claims): Authenticated) -> String {
+        format!("orders of {}", claims.customer_id())
+    }
+    let addr = support::serve(Router::new().route("/api/orders", get(mine)).with_state(v)).await;
+    let url = format!("http://{addr}/api/orders");
+    let http = reqwest::Client::new();
+
+    let none = http.get(&url).send().await.expect("send");
+    assert_eq!(none.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        none.headers()[header::WWW_AUTHENTICATE],
+        "Bearer realm=\"shopeasy\""
+    );
+    assert_eq!(
+        none.headers()[header::CONTENT_TYPE],
+        "application/problem+json"
+    );
+    let body: serde_json::Value = none.json().await.expect("json");
+    assert_eq!(body["type"], "urn:shopeasy:problem:unauthorized");
+    assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()));
+
+    let basic = http
+        .get(&url)
+        .header(header::AUTHORIZATION, "Basic YWxpY2U6eA==")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(
+        basic.status(),
+        StatusCode::UNAUTHORIZED,
+        "another scheme is no bearer token"
+    );
+
+    let expired = key(1)
+        .sign(&with(claims("alice"), |c| c["exp"] = (now() - 120).into()))
+        .expect("sign");
+    let bad = http
+        .get(&url)
+        .bearer_auth(expired)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(bad.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        bad.headers()[header::WWW_AUTHENTICATE],
+        "Bearer realm=\"shopeasy\", error=\"invalid_token\", error_description=\"the token has expired\""
+    );
+    let body: serde_json::Value = bad.json().await.expect("json");
+    assert_eq!(body["type"], "urn:shopeasy:problem:invalid-token");
+    assert_eq!(body["detail"], "the token has expired");
+
+    let good = key(1).sign(&claims("alice")).expect("sign");
+    let ok = http.get(&url).bearer_auth(good).send().await.expect("send");
+    assert_eq!(ok.status(), StatusCode::OK);
+    assert_eq!(ok.text().await.expect("text"), "orders of alice");
+}
+
+#[tokio::test]
+async fn two_authorization_headers_are_malformed() {
+    let (v, _provider) = verifier().await;
+    let token = key(1).sign(&claims("alice")).expect("sign");
+    let mut headers = HeaderMap::new();
+    let value = HeaderValue::from_str(&format!("Bearer {token}")).expect("value");
+    headers.append(header::AUTHORIZATION, value.clone());
+    assert_eq!(
+        v.authenticate(&headers).await.ok().map(|c| c.subject),
+        Some("alice".into())
+    );
+    headers.append(header::AUTHORIZATION, value);
+    assert_eq!(
+        v.authenticate(&headers).await.err(),
+        Some(AuthError::Malformed)
+    );
+}
+
+/// A throw-away key of `tests/fixtures`.
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(format!(
+        "{}/tests/fixtures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .expect("fixture")
+}
+
+/// Signs `claims` with `key` under `alg` and `kid`.
+fn sign_with(
+    key: &jsonwebtoken::EncodingKey,
+    alg: jsonwebtoken::Algorithm,
+    kid: &str,
+    claims: &serde_json::Value,
+) -> String {
+    let mut header = jsonwebtoken::Header::new(alg);
+    header.kid = Some(kid.to_owned());
+    jsonwebtoken::encode(&header, claims, key).expect("sign")
+}
+
+#[tokio::test]
+async fn es256_and_rs256_tokens_verify_from_a_jwks_and_from_a_pem() {
+    use jsonwebtoken::{Algorithm, EncodingKey, jwk::Jwk};
+    let ec = EncodingKey::from_ec_pem(fixture("test-es256-private.pem").as_bytes()).expect("ec");
+    let rsa = EncodingKey::from_rsa_pem(fixture("test-rsa-private.pem").as_bytes()).expect("rsa");
+    let mut ec_jwk = Jwk::from_encoding_key(&ec, Algorithm::ES256).expect("jwk");
+    ec_jwk.common.key_id = Some("ec-1".into());
+    let mut rsa_jwk = Jwk::from_encoding_key(&rsa, Algorithm::RS256).expect("jwk");
+    rsa_jwk.common.key_id = Some("rsa-1".into());
+    let jwks = serde_json::json!({ "keys": [ec_jwk, rsa_jwk] });
+    let addr = support::serve(Router::new().route(
+        "/certs",
+        get(move || {
+            let jwks = jwks.clone();
+            async move { axum::Json(jwks) }
+        }),
+    ))
+    .await;
+    let v = Verifier::from_settings(&settings(format!("http://{addr}/certs"))).expect("verifier");
+    let es = sign_with(&ec, Algorithm::ES256, "ec-1", &claims("erin"));
+    let rs = sign_with(&rsa, Algorithm::RS256, "rsa-1", &claims("ravi"));
+    assert_eq!(v.verify(&es).await.expect("ES256").customer_id(), "erin");
+    assert_eq!(v.verify(&rs).await.expect("RS256").customer_id(), "ravi");
+    // A key used under another family's algorithm is refused outright.
+    let confused = sign_with(&rsa, Algorithm::RS256, "ec-1", &claims("ravi"));
+    assert_eq!(
+        v.verify(&confused).await.err(),
+        Some(AuthError::UnsupportedAlgorithm)
+    );
+
+    for (pem, token) in [("test-es256-public.pem", &es), ("test-rsa-public.pem", &rs)] {
+        let v = Verifier::from_settings(&AuthSettings {
+            public_key_pem: fixture(pem),
+            issuer: ISSUER.into(),
+            audience: AUDIENCE.into(),
+            ..AuthSettings::default()
+        })
+        .expect("verifier");
+        v.verify(token).await.expect(pem);
+    }
+}

@@ -1,0 +1,369 @@
+//! An order in three commits (issue 19): (a) key + order + outbox row,
+//! (b) Inventory's reservation, (c) the final record + response. A crash or
+//! a lost answer in each gap is recovered with the same reservation id; a
+//! holder stalled past its lock is fenced out; keys are the customer's;
+//! one timeout per order under a hung Inventory.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use shopeasy_order::{
+    domain::{Order, OrderStatus, now_ms},
+    failpoints::Failpoint,
+    store::{Claim, Created, FirstTry, KeyHold, NewKey, Resume, StoreError, StoredResponse},
+};
+use shopeasy_runtime::settings::Seconds;
+use shopeasy_testkit::all_backends;
+use uuid::Uuid;
+
+use crate::{
+    fakes::{Mode, ProductMode},
+    helpers::{Shop, TestApp, eventually, order_body, orders_of},
+};
+
+/// A response as it came: status, whether it was marked a replay, bytes.
+async fn answer(res: reqwest::Response) -> (u16, bool, bytes::Bytes) {
+    let status = res.status().as_u16();
+    let replayed = res.headers().get("idempotent-replayed").is_some();
+    (status, replayed, res.bytes().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_lost_reservation_answer_is_recovered_by_the_worker_with_the_same_id() {
+    for db in all_backends().await {
+        let shop = Shop::new(&[10]).await;
+        let app = TestApp::spawn(shop.settings(db.url())).await;
+        let a = shop.products[0];
+        // Gap (b)–(c): Inventory reserved, but the answer never came back.
+        app.failpoints.arm(Failpoint::ReserveAnswerLost);
+        let body = order_body("c-lost", &[(a, 3)]);
+        let (status, _, first) = answer(app.post_order(Some("key-lost"), &body).await).await;
+        assert_eq!(status, 202, "{}: pending, for the worker", db.name());
+        let order: Value = serde_json::from_slice(&first).unwrap();
+        let id = order["id"].as_str().unwrap().to_owned();
+        assert_eq!(shop.inventory.live_reservations(), vec![id.clone()]);
+
+        app.wait_status(&id, "confirmed", Duration::from_secs(5))
+            .await;
+        assert!(
+            shop.inventory.reserve_calls() >= 2,
+            "the worker reserved again"
+        );
+        assert_eq!(shop.inventory.reserved(a), 3, "with the same id: once (C7)");
+        assert_eq!(shop.inventory.live_reservations(), vec![id.clone()]);
+        assert_eq!(orders_of(&app, "c-lost").await.len(), 1, "no second order");
+        let (status, replayed, again) = answer(app.post_order(Some("key-lost"), &body).await).await;
+        assert_eq!((status, replayed), (202, true));
+        assert_eq!(again, first, "the stored 202, byte for byte");
+        let drained = eventually(Duration::from_secs(2), || async {
+            app.orders.store().backlog().await.unwrap() == 0
+        })
+        .await;
+        assert!(drained, "outbox drained");
+        app.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_crash_after_the_final_commit_is_a_replay_on_retry() {
+    for db in all_backends().await {
+        let shop = Shop::new(&[10]).await;
+        let app = TestApp::spawn(shop.settings(db.url())).await;
+        let a = shop.products[0];
+        // After (c): everything is stored, the answer is lost with the process.
+        app.failpoints.arm(Failpoint::AfterFinalCommit);
+        let body = order_body("c-final", &[(a, 2)]);
+        let res = app.post_order(Some("key-final"), &body).await;
+        assert_eq!(res.status(), 500, "the simulated crash");
+        let orders = orders_of(&app, "c-final").await;
+        assert_eq!(orders.len(), 1);
+        assert_eq!(orders[0]["status"], "confirmed", "(c) committed");
+        let (status, replayed, bytes) =
+            answer(app.post_order(Some("key-final"), &body).await).await;
+        assert_eq!((status, replayed), (201, true), "the retry is a replay");
+        let replayed: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(replayed["id"], orders[0]["id"]);
+        assert_eq!(shop.inventory.reserve_calls(), 1, "nothing reserved again");
+        assert_eq!(shop.inventory.reserved(a), 2);
+        assert_eq!(app.orders.store().backlog().await.unwrap(), 0);
+        app.stop().await;
+    }
+}
+
+/// A holder stalled at `point` past its lock: another request takes the
+/// key over and answers; the stalled one, released, writes nothing and
+/// answers the winner's response. One order, one reservation.
+async fn stalled_holder(db_url: &str, point: Failpoint) {
+    let shop = Shop::new(&[10]).await;
+    let mut settings = shop.settings(db_url);
+    settings.idempotency.lock_seconds = Seconds::new(0.5);
+    let app = TestApp::spawn(settings).await;
+    let a = shop.products[0];
+    // One database serves every point: a customer and a key per point.
+    let customer = format!("c-stall-{point:?}");
+    let key = format!("key-stall-{point:?}");
+    let key = key.as_str();
+    let body = order_body(&customer, &[(a, 2)]);
+    let stall = app.failpoints.stall(point);
+    let first = {
+        let http = app.http.clone();
+        let url = app.url("/api/orders");
+        let body = body.clone();
+        let key = key.to_owned();
+        tokio::spawn(async move {
+            answer(
+                http.post(url)
+                    .header("Idempotency-Key", key)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await
+        })
+    };
+    let reached = tokio::time::timeout(Duration::from_secs(5), stall.reached()).await;
+    if reached.is_err() {
+        let (status, _, body) = first.await.unwrap();
+        panic!(
+            "{point:?}: never stalled; answered {status} {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    // The second request gets 409 while the first holds the key, then takes
+    // it over once the lock (0.5 s) runs out.
+    let won = std::cell::RefCell::new(None);
+    let ok = eventually(Duration::from_secs(5), || async {
+        let got = answer(app.post_order(Some(key), &body).await).await;
+        let done = got.0 == 201;
+        assert!(
+            done || got.0 == 409,
+            "{point:?}: {} {:?}",
+            got.0,
+            String::from_utf8_lossy(&got.2)
+        );
+        *won.borrow_mut() = Some(got);
+        done
+    })
+    .await;
+    assert!(ok, "{point:?}: the takeover never succeeded");
+    let (_, _, winner) = won.into_inner().unwrap();
+    stall.release();
+    let (status, replayed, stalled) = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .expect("the stalled request answered")
+        .unwrap();
+    assert_eq!(
+        (status, replayed),
+        (201, true),
+        "{point:?}: fenced out, it answers the key's stored response"
+    );
+    assert_eq!(stalled, winner, "{point:?}: the winner's bytes");
+    let (_, replayed, again) = answer(app.post_order(Some(key), &body).await).await;
+    assert!(replayed);
+    assert_eq!(
+        again, winner,
+        "{point:?}: the stored response is the winner's"
+    );
+    let orders = orders_of(&app, &customer).await;
+    assert_eq!(orders.len(), 1, "{point:?}: one order per key");
+    assert_eq!(
+        shop.inventory.live_reservations(),
+        vec![orders[0]["id"].as_str().unwrap().to_owned()]
+    );
+    assert_eq!(shop.inventory.reserved(a), 2, "{point:?}: reserved once");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_holder_stalled_past_its_lock_never_makes_a_second_order() {
+    for db in all_backends().await {
+        for point in [
+            Failpoint::BeforeOrderCommit,
+            Failpoint::AfterOrderCommit,
+            Failpoint::AfterReserve,
+        ] {
+            stalled_holder(db.url(), point).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_final_write_is_fenced_by_the_holders_token() {
+    for db in all_backends().await {
+        let shop = Shop::new(&[10]).await;
+        let app = TestApp::spawn(shop.settings(db.url())).await;
+        let store = app.orders.store();
+        let now = now_ms();
+        let order = Order {
+            id: Uuid::now_v7(),
+            customer_id: "c-fence".into(),
+            status: OrderStatus::Pending,
+            items: Vec::new(),
+            total_cents: 0,
+            created_at: now,
+            updated_at: now,
+        };
+        let holder = KeyHold::new("c-fence", "key-fence");
+        // The first holder's lock has already run out.
+        let created = store
+            .create_order(
+                &order,
+                Some(&NewKey {
+                    hold: &holder,
+                    fingerprint: "f",
+                    now,
+                    lock_until: now - 1,
+                }),
+                FirstTry::Worker { at: now + 60_000 },
+                None,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(created, Created::Order(_)), "{created:?}");
+        let taker = KeyHold::new("c-fence", "key-fence");
+        let claim = store
+            .claim_existing(&NewKey {
+                hold: &taker,
+                fingerprint: "f",
+                now,
+                lock_until: now + 60_000,
+            })
+            .await
+            .unwrap();
+        assert_eq!(claim, Some(Claim::Acquired(Resume::OrderCreated(order.id))));
+        let response = |body: &str| StoredResponse {
+            status: 201,
+            headers: Vec::new(),
+            body: body.into(),
+        };
+        // The old holder's final transaction writes nothing at all.
+        let fenced = store
+            .finish_reservation(order.id, None, now, Some((&holder, &response("old"))))
+            .await;
+        assert!(matches!(fenced, Err(StoreError::LockLost)), "{fenced:?}");
+        assert_eq!(
+            store.order(order.id).await.unwrap().unwrap().status,
+            OrderStatus::Pending,
+            "rolled back whole"
+        );
+        assert!(matches!(
+            store.finish_key(&holder, &response("old")).await,
+            Err(StoreError::LockLost)
+        ));
+        let recorded = store
+            .finish_reservation(order.id, None, now, Some((&taker, &response("new"))))
+            .await
+            .unwrap();
+        assert!(recorded.key_finished);
+        assert_eq!(recorded.status, OrderStatus::Confirmed);
+        assert_eq!(
+            store.key_state(&holder, now).await.unwrap(),
+            Claim::Replay(response("new"))
+        );
+        app.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn keys_are_scoped_to_the_customer() {
+    for db in all_backends().await {
+        let shop = Shop::new(&[10]).await;
+        let app = TestApp::spawn(shop.settings(db.url())).await;
+        let a = shop.products[0];
+        let (s1, r1, alice) = answer(
+            app.post_order(Some("shared"), &order_body("alice", &[(a, 1)]))
+                .await,
+        )
+        .await;
+        // Another customer, the same key, another body: not 422, not a
+        // replay of alice's order — bob's own.
+        let (s2, r2, bob) = answer(
+            app.post_order(Some("shared"), &order_body("bob", &[(a, 2)]))
+                .await,
+        )
+        .await;
+        assert_eq!((s1, r1, s2, r2), (201, false, 201, false), "{}", db.name());
+        let alice: Value = serde_json::from_slice(&alice).unwrap();
+        let bob: Value = serde_json::from_slice(&bob).unwrap();
+        assert_ne!(alice["id"], bob["id"]);
+        assert_eq!(orders_of(&app, "alice").await.len(), 1);
+        assert_eq!(orders_of(&app, "bob").await.len(), 1);
+        assert_eq!(shop.inventory.reserved(a), 3, "two orders");
+        app.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_key_answers_even_when_product_is_down() {
+    let db = shopeasy_testkit::sqlite();
+    let shop = Shop::new(&[10]).await;
+    let app = TestApp::spawn(shop.settings(db.url())).await;
+    let a = shop.products[0];
+    let body = order_body("c-down", &[(a, 1)]);
+    let (status, _, first) = answer(app.post_order(Some("key-down"), &body).await).await;
+    assert_eq!(status, 201);
+    shop.product.set_mode(ProductMode::Unavailable(None));
+    let (status, replayed, again) = answer(app.post_order(Some("key-down"), &body).await).await;
+    assert_eq!((status, replayed), (201, true), "the replay needs no price");
+    assert_eq!(again, first);
+    let other = order_body("c-down", &[(a, 2)]);
+    assert_eq!(
+        app.post_order(Some("key-down"), &other).await.status(),
+        422,
+        "the key decides before the pricing failure"
+    );
+    assert_eq!(
+        app.post_order(Some("key-new"), &body).await.status(),
+        503,
+        "a new key does need Product"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_hung_inventory_costs_one_timeout_per_order() {
+    for db in all_backends().await {
+        let shop = Shop::new(&[10]).await;
+        let mut settings = shop.settings(db.url());
+        // The stock fetch waits 1 s, a reservation would wait 2 s more.
+        settings.resilience.stock_cache.ttl_seconds = Seconds::new(0.1);
+        settings.resilience.stock_cache.fetch_timeout_seconds = Seconds::new(1.0);
+        settings.resilience.inventory.timeout_seconds = Seconds::new(2.0);
+        let app = TestApp::spawn(settings).await;
+        let a = shop.products[0];
+        assert_eq!(
+            app.post_order(None, &order_body("c-hung", &[(a, 1)]))
+                .await
+                .status(),
+            201
+        );
+        // Let the cached entry expire (its TTL is 0.1 s), then hang Inventory.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        shop.inventory.set_mode(Mode::Hang);
+        let reserves = shop.inventory.reserve_calls();
+        let started = tokio::time::Instant::now();
+        let res = app
+            .post_order(Some("key-hung"), &order_body("c-hung", &[(a, 2)]))
+            .await;
+        let took = started.elapsed();
+        assert_eq!(res.status(), 202, "{}: stale stock says yes", db.name());
+        let order: Value = res.json().await.unwrap();
+        assert_eq!(order["status"], "pending");
+        assert_eq!(
+            shop.inventory.reserve_calls(),
+            reserves,
+            "no reservation after the stock check found Inventory unavailable"
+        );
+        assert!(
+            took < Duration::from_millis(2500),
+            "took {took:?}: more than one timeout"
+        );
+        shop.inventory.set_mode(Mode::Healthy);
+        let id = order["id"].as_str().unwrap();
+        app.wait_status(id, "confirmed", Duration::from_secs(5))
+            .await;
+        assert_eq!(shop.inventory.reserved(a), 3);
+        app.stop().await;
+    }
+}

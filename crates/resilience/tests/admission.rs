@@ -1,0 +1,275 @@
+//! Admission control with tokio's paused clock: the limit follows latency,
+//! the queue is short, LIFO and deadline-aware, and the layer refuses in
+//! the listener's protocol without calling the service.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use shopeasy_resilience::admission::{
+    Admission, AdmissionConfig, AdmissionLayer, GrpcRefusal, LimitConfig, Outcome, Permit,
+};
+use shopeasy_resilience::deadline::Deadline;
+use tokio::sync::Semaphore;
+use tokio::time::{Instant, advance};
+use tower::{Layer, ServiceExt};
+
+fn fixed(limit: usize, queue_size: usize) -> AdmissionConfig {
+    AdmissionConfig {
+        limit: LimitConfig {
+            initial: limit,
+            min: limit,
+            max: limit,
+        },
+        queue_size,
+        queue_timeout: Duration::from_millis(50),
+        default_deadline: Duration::from_secs(10),
+        retry_after: Duration::from_secs(2),
+    }
+}
+
+/// Runs `rounds` rounds of `limit()` requests in flight at once, each taking
+/// `rtt`; returns the limit afterwards.
+async fn load(a: &Admission, rounds: usize, rtt: Duration) -> usize {
+    for _ in 0..rounds {
+        let n = a.snapshot().limit;
+        let mut permits = Vec::new();
+        for _ in 0..n {
+            permits.push(a.acquire(None).await.expect("under the limit"));
+        }
+        advance(rtt).await;
+        for p in permits {
+            p.complete();
+        }
+    }
+    a.snapshot().limit
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_limit_drops_when_latency_rises_and_comes_back_after_the_load_drops() {
+    let a = Admission::new(
+        "t",
+        AdmissionConfig {
+            limit: LimitConfig {
+                initial: 20,
+                min: 2,
+                max: 100,
+            },
+            ..AdmissionConfig::default()
+        },
+    );
+    let normal = load(&a, 40, Duration::from_millis(5)).await;
+    assert!(normal > 20, "grew at normal latency under load: {normal}");
+    let slow = load(&a, 3, Duration::from_millis(80)).await;
+    assert!(
+        slow < normal / 2,
+        "latency ×16 must shrink it: {normal} → {slow}"
+    );
+    let back = load(&a, 40, Duration::from_millis(5)).await;
+    assert!(back >= normal, "back up: {slow} → {back} (was {normal})");
+    let s = a.snapshot();
+    assert_eq!((s.in_flight, s.queued), (0, 0));
+    assert!(s.requests.admitted > 1000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_limit_and_a_full_queue_refuse_at_once() {
+    let a = Admission::new("t", fixed(1, 0));
+    let held = a.acquire(None).await.unwrap();
+    let started = Instant::now();
+    let refused = a.acquire(None).await.unwrap_err();
+    assert_eq!(started.elapsed(), Duration::ZERO, "no waiting");
+    assert_eq!(refused.reason, Outcome::RefusedFull);
+    assert_eq!(refused.retry_after_seconds(), 2);
+    drop(held);
+    assert!(
+        a.acquire(None).await.is_ok(),
+        "a dropped permit frees its slot"
+    );
+    assert_eq!(a.snapshot().requests.refused_full, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_queue_wait_is_bounded_by_the_queue_timeout() {
+    let a = Admission::new("t", fixed(1, 8));
+    let _held = a.acquire(None).await.unwrap();
+    let started = Instant::now();
+    let refused = a.acquire(None).await.unwrap_err();
+    assert_eq!(started.elapsed(), Duration::from_millis(50));
+    assert_eq!(refused.reason, Outcome::RefusedFull);
+    let s = a.snapshot();
+    assert_eq!((s.queued, s.in_flight, s.requests.refused_full), (0, 1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queued_request_whose_deadline_cannot_be_met_is_refused_at_once() {
+    let a = Admission::new("t", fixed(1, 8));
+    // Teach it that requests take 100 ms.
+    for _ in 0..30 {
+        let p = a.acquire(None).await.unwrap();
+        advance(Duration::from_millis(100)).await;
+        p.complete();
+    }
+    let _held = a.acquire(None).await.unwrap();
+    let started = Instant::now();
+    let refused = a
+        .acquire(Some(Deadline::after(Duration::from_millis(60))))
+        .await
+        .unwrap_err();
+    assert_eq!(started.elapsed(), Duration::ZERO, "refused without waiting");
+    assert_eq!(refused.reason, Outcome::RefusedDeadline);
+    assert!(
+        refused.detail().contains("60 ms left"),
+        "{}",
+        refused.detail()
+    );
+    assert!(refused.expected >= Duration::from_millis(99));
+
+    // With 120 ms left it may wait, but only 20 ms (so 100 ms remain to be
+    // served): then it is refused for its deadline too.
+    let started = Instant::now();
+    let refused = a
+        .acquire(Some(Deadline::after(Duration::from_millis(120))))
+        .await
+        .unwrap_err();
+    assert_eq!(started.elapsed(), Duration::from_millis(20));
+    assert_eq!(refused.reason, Outcome::RefusedDeadline);
+    assert_eq!(a.snapshot().requests.refused_deadline, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_freed_slot_goes_to_the_newest_waiter() {
+    let a = Admission::new("t", fixed(1, 8));
+    let held = a.acquire(None).await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let (a, order) = (a.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let p: Permit = a.acquire(None).await.expect("admitted from the queue");
+            order.lock().unwrap().push(i);
+            advance(Duration::from_millis(1)).await;
+            p.complete();
+        }));
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(a.snapshot().queued, 3);
+    drop(held);
+    for w in waiters {
+        w.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [2, 1, 0], "LIFO");
+    let s = a.snapshot();
+    assert_eq!((s.requests.admitted, s.requests.queued), (1, 3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_that_goes_away_leaves_the_queue_and_its_slot_to_others() {
+    let a = Admission::new("t", fixed(1, 8));
+    let held = a.acquire(None).await.unwrap();
+    let gone = {
+        let a = a.clone();
+        tokio::spawn(async move { a.acquire(None).await.map(drop) })
+    };
+    tokio::task::yield_now().await;
+    assert_eq!(a.snapshot().queued, 1);
+    gone.abort();
+    let _ = gone.await;
+    assert_eq!(a.snapshot().queued, 0, "cancelled waiter removed");
+    drop(held);
+    assert_eq!(
+        a.snapshot().in_flight,
+        0,
+        "no slot leaked to the cancelled waiter"
+    );
+    assert!(a.acquire(None).await.is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_layer_refuses_excess_grpc_calls_without_calling_the_service() {
+    let a = Admission::new("t", fixed(1, 0));
+    let gate = Arc::new(Semaphore::new(0));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let inner = {
+        let (gate, calls) = (gate.clone(), calls.clone());
+        tower::service_fn(move |_req: http::Request<()>| {
+            let (gate, calls) = (gate.clone(), calls.clone());
+            async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                let _ = gate.acquire().await;
+                Ok::<_, std::convert::Infallible>(http::Response::new(String::from("ok")))
+            }
+        })
+    };
+    let svc = AdmissionLayer::new(a.clone(), GrpcRefusal)
+        .bypass(&["/grpc.health.v1.Health/"])
+        .layer(inner);
+
+    let first = tokio::spawn(svc.clone().oneshot(http::Request::new(())));
+    tokio::task::yield_now().await;
+    assert_eq!(a.snapshot().in_flight, 1);
+
+    let refused = svc.clone().oneshot(http::Request::new(())).await.unwrap();
+    assert_eq!(refused.status(), http::StatusCode::OK, "trailers-only");
+    assert_eq!(refused.headers()["grpc-status"], "8");
+    assert_eq!(refused.headers()["grpc-retry-pushback-ms"], "2000");
+    assert!(
+        refused.headers()["grpc-message"]
+            .to_str()
+            .unwrap()
+            .starts_with("overloaded")
+    );
+    assert_eq!(refused.body(), "", "no body");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the refused call never ran"
+    );
+
+    // The health service bypasses the gate.
+    let health = http::Request::builder()
+        .uri("/grpc.health.v1.Health/Check")
+        .body(())
+        .unwrap();
+    let h = tokio::spawn(svc.clone().oneshot(health));
+    tokio::task::yield_now().await;
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+    gate.add_permits(2);
+    assert_eq!(first.await.unwrap().unwrap().body(), "ok");
+    assert_eq!(h.await.unwrap().unwrap().body(), "ok");
+    assert_eq!(a.snapshot().in_flight, 0);
+    let s = a.snapshot();
+    assert_eq!((s.requests.admitted, s.requests.refused_full), (1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_layer_reads_the_callers_deadline_from_its_headers() {
+    let a = Admission::new("t", fixed(1, 8));
+    for _ in 0..30 {
+        let p = a.acquire(None).await.unwrap();
+        advance(Duration::from_millis(100)).await;
+        p.complete();
+    }
+    let _held = a.acquire(None).await.unwrap();
+    let svc = AdmissionLayer::new(a.clone(), GrpcRefusal).layer(tower::service_fn(
+        |_req: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+        },
+    ));
+    for (header, value) in [("shopeasy-deadline-ms", "10"), ("grpc-timeout", "10m")] {
+        let req = http::Request::builder()
+            .header(header, value)
+            .body(())
+            .unwrap();
+        let started = Instant::now();
+        let res = svc.clone().oneshot(req).await.unwrap();
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "{header}: refused at once"
+        );
+        assert_eq!(res.headers()["grpc-status"], "8");
+    }
+    assert_eq!(a.snapshot().requests.refused_deadline, 2);
+}

@@ -1,0 +1,247 @@
+//! One step of the overload sweep: an open-loop rate held for a while, and
+//! what came back, classified.
+//!
+//! Each request has an intended start (`start + i / rate`) and its latency
+//! is measured from it, so a server that stalls is charged for the time
+//! requests waited to be sent. The generator's own limits are counted
+//! apart: a request it could not send because `max_outstanding` requests
+//! were already waiting is *not sent*, never "no answer".
+
+use std::{sync::Arc, time::Duration};
+
+use serde_json::json;
+use tokio::{
+    sync::{Mutex, Semaphore},
+    time::Instant,
+};
+
+/// How one request ended, for the step's counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// 2xx within the deadline: goodput.
+    Good,
+    /// 503 or 429: refused (shed) by the target.
+    Shed,
+    /// No answer within the deadline (or the connection failed).
+    NoAnswer,
+    /// Any other status, or a 2xx after the deadline.
+    Other,
+}
+
+/// The class of an answer with `status` (`None`: no answer) that took
+/// `latency`, against `deadline`.
+pub fn classify(status: Option<u16>, latency: Duration, deadline: Duration) -> Class {
+    match status {
+        None => Class::NoAnswer,
+        Some(s) if (200..300).contains(&s) && latency <= deadline => Class::Good,
+        Some(503 | 429) => Class::Shed,
+        Some(_) => Class::Other,
+    }
+}
+
+/// The `q`-quantile (0..=1) of sorted `values` (nearest rank); zero when
+/// empty.
+pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// What one step measured.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepResult {
+    /// The multiple of the capacity this step offered (0 while searching).
+    pub multiplier: f64,
+    /// Requests per second offered.
+    pub offered: f64,
+    /// How long the step sent.
+    pub seconds: f64,
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests the generator could not send (its outstanding cap).
+    pub not_sent: u64,
+    /// 2xx within the deadline.
+    pub good: u64,
+    /// 503 / 429.
+    pub shed: u64,
+    /// No answer within the deadline.
+    pub no_answer: u64,
+    /// Anything else.
+    pub other: u64,
+    /// p50 and p99 of the admitted (2xx) answers.
+    pub admitted_p50: Duration,
+    /// See `admitted_p50`.
+    pub admitted_p99: Duration,
+    /// p50 and p99 of the refusals (503 / 429).
+    pub shed_p50: Duration,
+    /// See `shed_p50`.
+    pub shed_p99: Duration,
+    /// Open descriptors of the target process at the step's end.
+    pub open_fds: Option<u64>,
+    /// Resident set of the target process at the step's end, in KiB.
+    pub rss_kib: Option<u64>,
+}
+
+impl StepResult {
+    /// Goodput: 2xx within the deadline, per second.
+    pub fn goodput(&self) -> f64 {
+        #[allow(clippy::cast_precision_loss)]
+        let good = self.good as f64;
+        good / self.seconds.max(1e-9)
+    }
+
+    /// Builds the result from every `(status, latency)` of the step.
+    pub fn from_answers(
+        offered: f64,
+        seconds: f64,
+        not_sent: u64,
+        answers: &[(Option<u16>, Duration)],
+        deadline: Duration,
+    ) -> Self {
+        let mut r = Self {
+            offered,
+            seconds,
+            not_sent,
+            sent: answers.len() as u64,
+            ..Self::default()
+        };
+        let mut admitted = Vec::new();
+        let mut shed = Vec::new();
+        for &(status, latency) in answers {
+            match classify(status, latency, deadline) {
+                Class::Good => {
+                    r.good += 1;
+                    admitted.push(latency);
+                }
+                Class::Shed => {
+                    r.shed += 1;
+                    shed.push(latency);
+                }
+                Class::NoAnswer => r.no_answer += 1,
+                Class::Other => r.other += 1,
+            }
+        }
+        admitted.sort_unstable();
+        shed.sort_unstable();
+        r.admitted_p50 = quantile(&admitted, 0.5);
+        r.admitted_p99 = quantile(&admitted, 0.99);
+        r.shed_p50 = quantile(&shed, 0.5);
+        r.shed_p99 = quantile(&shed, 0.99);
+        r
+    }
+}
+
+/// What a step sends, and to whom.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The gateway's base URL.
+    pub base: String,
+    /// Products to order (empty: the step reads the catalogue instead).
+    pub products: Vec<String>,
+}
+
+/// Offers `rate` requests per second for `duration` to `target` through
+/// `client`, at most `max_outstanding` waiting at once, each given up after
+/// `deadline`.
+pub async fn offer(
+    client: &reqwest::Client,
+    target: &Target,
+    rate: f64,
+    duration: Duration,
+    deadline: Duration,
+    max_outstanding: usize,
+) -> StepResult {
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let total = (rate * duration.as_secs_f64()).round() as u64;
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let answers = Arc::new(Mutex::new(Vec::with_capacity(
+        usize::try_from(total).unwrap_or(0),
+    )));
+    let permits = Arc::new(Semaphore::new(max_outstanding.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut not_sent = 0;
+    let start = Instant::now();
+    for i in 0..total {
+        #[allow(clippy::cast_precision_loss)]
+        let intended = start + interval.mul_f64(i as f64);
+        tokio::time::sleep_until(intended).await;
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            not_sent += 1;
+            continue;
+        };
+        let request = request(client, target, i);
+        let sink = answers.clone();
+        tasks.spawn(async move {
+            // The deadline runs from the intended start, as the latency does.
+            let status = tokio::time::timeout_at(intended + deadline, async {
+                let res = request.send().await.ok()?;
+                let status = res.status().as_u16();
+                res.bytes().await.ok()?;
+                Some(status)
+            })
+            .await
+            .unwrap_or_default();
+            drop(permit);
+            sink.lock().await.push((status, intended.elapsed()));
+        });
+        while tasks.try_join_next().is_some() {}
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    while tasks.join_next().await.is_some() {}
+    let answers = answers.lock().await;
+    StepResult::from_answers(rate, seconds, not_sent, &answers, deadline)
+}
+
+fn request(client: &reqwest::Client, target: &Target, i: u64) -> reqwest::RequestBuilder {
+    let base = &target.base;
+    if target.products.is_empty() {
+        return client.get(format!("{base}/api/products?limit=20"));
+    }
+    let n = target.products.len() as u64;
+    let product = &target.products[usize::try_from(i % n).unwrap_or(0)];
+    client
+        .post(format!("{base}/api/orders"))
+        .header("idempotency-key", uuid::Uuid::new_v4().to_string())
+        .json(&json!({
+            "customer_id": format!("sweep-{}", i % 100),
+            "items": [{"product_id": product, "quantity": 1}],
+        }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn answers_are_classified_against_the_deadline() {
+        let d = Duration::from_secs(2);
+        assert_eq!(classify(Some(201), MS, d), Class::Good);
+        assert_eq!(classify(Some(201), d * 2, d), Class::Other, "late");
+        assert_eq!(classify(Some(503), MS, d), Class::Shed);
+        assert_eq!(classify(Some(429), MS, d), Class::Shed);
+        assert_eq!(classify(Some(500), MS, d), Class::Other);
+        assert_eq!(classify(None, d, d), Class::NoAnswer);
+    }
+
+    #[test]
+    fn a_step_counts_and_ranks_each_class_apart() {
+        let answers: Vec<_> = (1..=100)
+            .map(|i| (Some(200), MS * i))
+            .chain((1..=10).map(|i| (Some(503), MS * i / 10)))
+            .chain([(None, Duration::from_secs(2)), (Some(500), MS)])
+            .collect();
+        let r = StepResult::from_answers(60.0, 2.0, 3, &answers, Duration::from_secs(2));
+        assert_eq!((r.sent, r.not_sent), (112, 3));
+        assert_eq!((r.good, r.shed, r.no_answer, r.other), (100, 10, 1, 1));
+        assert_eq!(r.admitted_p50, MS * 50);
+        assert_eq!(r.admitted_p99, MS * 99);
+        assert_eq!(r.shed_p99, MS);
+        assert!((r.goodput() - 50.0).abs() < 1e-9);
+        assert_eq!(quantile(&[], 0.99), Duration::ZERO);
+    }
+}

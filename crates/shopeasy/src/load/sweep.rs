@@ -1,0 +1,438 @@
+//! `shopeasy load --sweep`: the overload curve.
+//!
+//! 1. **Capacity**: offer a rising rate (`--start-rate`, ×`--ramp` per probe)
+//!    until goodput stops rising (less than `--min-gain` over the best so
+//!    far) or the admitted p99 passes `--p99-bound`; the capacity is the best
+//!    goodput seen (or `--capacity` skips the search).
+//! 2. **Steps**: offer 0.5×, 1×, 2×, 3× and 5× of it open-loop
+//!    (`--multipliers`), restocking before each step so orders are real
+//!    placements, and report per step: offered, goodput (2xx within
+//!    `--deadline`), shed (503 / 429), no answer, not sent, p50/p99 of
+//!    admitted and of shed answers, and the target process's open
+//!    descriptors and RSS.
+//! 3. **Output**: a table on stdout, a CSV and an SVG plot (goodput and
+//!    latency against offered load) under `--out`.
+//!
+//! One HTTP client serves every request, its idle pool bounded, and at most
+//! `--max-outstanding` requests wait at once: the generator cannot run out
+//! of descriptors itself, and what it could not send is counted apart.
+
+use std::{fmt::Write as _, path::PathBuf, time::Duration};
+
+use anyhow::Context as _;
+
+use super::{
+    plot,
+    procstat::{self, ProcStats},
+    step::{self, StepResult, Target},
+};
+
+/// `shopeasy load --sweep` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SweepArgs {
+    /// Run the overload sweep instead of one fixed rate.
+    #[arg(long)]
+    pub sweep: bool,
+    /// Skip the capacity search: use this many requests per second.
+    #[arg(long)]
+    pub capacity: Option<f64>,
+    /// The first rate of the capacity search.
+    #[arg(long, default_value_t = 100.0)]
+    pub start_rate: f64,
+    /// Each probe of the search offers this multiple of the last.
+    #[arg(long, default_value_t = 1.4)]
+    pub ramp: f64,
+    /// The search stops when goodput rose less than this share over the
+    /// best so far.
+    #[arg(long, default_value_t = 0.05)]
+    pub min_gain: f64,
+    /// The search stops when the admitted p99 exceeds this many ms.
+    #[arg(long, default_value_t = 500.0)]
+    pub p99_bound: f64,
+    /// Seconds of each capacity probe.
+    #[arg(long, default_value_t = 5.0)]
+    pub probe_seconds: f64,
+    /// Seconds of each step.
+    #[arg(long, default_value_t = 20.0)]
+    pub step_seconds: f64,
+    /// Multiples of the capacity to offer.
+    #[arg(long, value_delimiter = ',', default_value = "0.5,1,2,3,5")]
+    pub multipliers: Vec<f64>,
+    /// The client's deadline: a 2xx later than this is not goodput, and a
+    /// request is given up after it (seconds).
+    #[arg(long, default_value_t = 2.0)]
+    pub deadline: f64,
+    /// Most requests waiting for an answer at once; beyond it a request is
+    /// "not sent".
+    #[arg(long, default_value_t = 4096)]
+    pub max_outstanding: usize,
+    /// Inventory's gRPC address, to restock before each step (SetStock).
+    #[arg(long)]
+    pub inventory: Option<String>,
+    /// Admin token for SetStock (default: `ADMIN_TOKEN`).
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// The target process for descriptors and RSS (default: a process
+    /// named `shopeasy` other than this one, when there is exactly one).
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// Where the CSV and SVG go.
+    #[arg(long, default_value = "bench/results")]
+    pub out: PathBuf,
+    /// File name stem of the CSV and SVG.
+    #[arg(long, default_value = "overload")]
+    pub name: String,
+}
+
+/// The next rate of the capacity search, or `None` when it is over:
+/// goodput stopped rising, or the admitted p99 passed the bound.
+pub fn next_probe(args: &SweepArgs, best: f64, last: &StepResult) -> Option<f64> {
+    let rose = last.goodput() >= best * (1.0 + args.min_gain);
+    let p99_ok = last.admitted_p99.as_secs_f64() * 1000.0 <= args.p99_bound;
+    (rose && p99_ok).then_some(last.offered * args.ramp)
+}
+
+/// The rates of the steps: each multiple of `capacity`.
+pub fn step_rates(capacity: f64, multipliers: &[f64]) -> Vec<(f64, f64)> {
+    multipliers
+        .iter()
+        .map(|&m| (m, (capacity * m).max(1.0)))
+        .collect()
+}
+
+/// Everything the sweep measured.
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    /// The capacity the steps are multiples of.
+    pub capacity: f64,
+    /// The search's probes (empty with `--capacity`).
+    pub probes: Vec<StepResult>,
+    /// The steps.
+    pub steps: Vec<StepResult>,
+    /// The CSV written.
+    pub csv: PathBuf,
+    /// The SVG written.
+    pub svg: PathBuf,
+}
+
+/// Runs the sweep against `base` (the gateway).
+///
+/// # Errors
+/// Bad arguments, or the CSV / SVG cannot be written.
+pub async fn run(base: &str, args: &SweepArgs, quiet: bool) -> anyhow::Result<Sweep> {
+    anyhow::ensure!(args.ramp > 1.0, "--ramp must be above 1");
+    anyhow::ensure!(args.start_rate > 0.0, "--start-rate must be positive");
+    anyhow::ensure!(args.deadline > 0.0, "--deadline must be positive");
+    anyhow::ensure!(
+        args.multipliers.iter().all(|m| *m > 0.0),
+        "--multipliers must be positive"
+    );
+    let deadline = Duration::from_secs_f64(args.deadline);
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.max_outstanding.min(1024))
+        .pool_idle_timeout(Duration::from_secs(30))
+        .tcp_nodelay(true)
+        .build()?;
+    let base = base.trim_end_matches('/').to_owned();
+    let products = super::product_ids(&client, &base).await.unwrap_or_default();
+    let target = Target { base, products };
+    let pid = args.pid.or_else(procstat::find_shopeasy);
+    if !quiet {
+        eprintln!(
+            "sweep: {} products to order{}, target pid {}",
+            target.products.len(),
+            if args.inventory.is_some() {
+                ", restocking"
+            } else {
+                ""
+            },
+            pid.map_or_else(|| "unknown".to_owned(), |p| p.to_string())
+        );
+    }
+    let restock = async || {
+        if let (Some(url), Some(token)) = (&args.inventory, &args.admin_token)
+            && let Err(e) = super::restock::restock(url, token, &target.products).await
+        {
+            eprintln!("sweep: restock failed: {e:#}");
+        }
+    };
+    let measure = |mut r: StepResult| {
+        let stats = pid.map(procstat::read).unwrap_or_default();
+        let ProcStats { open_fds, rss_kib } = stats;
+        r.open_fds = open_fds;
+        r.rss_kib = rss_kib;
+        r
+    };
+
+    let mut probes = Vec::new();
+    let capacity = match args.capacity {
+        Some(c) => c,
+        None => {
+            let mut rate = args.start_rate;
+            let mut best = 0.0_f64;
+            loop {
+                restock().await;
+                let r = step::offer(
+                    &client,
+                    &target,
+                    rate,
+                    Duration::from_secs_f64(args.probe_seconds),
+                    deadline,
+                    args.max_outstanding,
+                )
+                .await;
+                let r = measure(r);
+                if !quiet {
+                    eprintln!("probe {}", row(&r));
+                }
+                let next = next_probe(args, best, &r);
+                best = best.max(r.goodput());
+                probes.push(r);
+                match next {
+                    Some(n) if n <= 100_000.0 => rate = n,
+                    _ => break,
+                }
+                // Let queues drain between probes.
+                tokio::time::sleep(pause(args.probe_seconds, 1.0)).await;
+            }
+            best.max(1.0)
+        }
+    };
+    if !quiet {
+        eprintln!("capacity: {capacity:.0}/s");
+    }
+
+    let mut steps = Vec::new();
+    for (multiplier, rate) in step_rates(capacity, &args.multipliers) {
+        restock().await;
+        let mut r = step::offer(
+            &client,
+            &target,
+            rate,
+            Duration::from_secs_f64(args.step_seconds),
+            deadline,
+            args.max_outstanding,
+        )
+        .await;
+        r.multiplier = multiplier;
+        let r = measure(r);
+        if !quiet {
+            eprintln!("step  {}", row(&r));
+        }
+        steps.push(r);
+        tokio::time::sleep(pause(args.step_seconds, 2.0)).await;
+    }
+
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let csv = args.out.join(format!("{}.csv", args.name));
+    std::fs::write(&csv, to_csv(&steps)).with_context(|| format!("writing {}", csv.display()))?;
+    let svg = args.out.join(format!("{}.svg", args.name));
+    plot::draw(&svg, capacity, &steps)?;
+    Ok(Sweep {
+        capacity,
+        probes,
+        steps,
+        csv,
+        svg,
+    })
+}
+
+/// The pause after a step of `seconds`: a tenth of it, at most `max`.
+fn pause(seconds: f64, max: f64) -> Duration {
+    Duration::from_secs_f64((seconds / 10.0).min(max))
+}
+
+/// The CSV's header.
+pub const CSV_HEADER: &str = "multiplier,offered_rps,seconds,sent,not_sent,goodput_rps,good,shed,no_answer,other,admitted_p50_ms,admitted_p99_ms,shed_p50_ms,shed_p99_ms,open_fds,rss_kib";
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or_else(String::new, |v| v.to_string())
+}
+
+/// The steps as CSV, one row each.
+pub fn to_csv(steps: &[StepResult]) -> String {
+    let mut out = format!("{CSV_HEADER}\n");
+    for r in steps {
+        let _ = writeln!(
+            out,
+            "{},{:.1},{:.2},{},{},{:.1},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{},{}",
+            r.multiplier,
+            r.offered,
+            r.seconds,
+            r.sent,
+            r.not_sent,
+            r.goodput(),
+            r.good,
+            r.shed,
+            r.no_answer,
+            r.other,
+            ms(r.admitted_p50),
+            ms(r.admitted_p99),
+            ms(r.shed_p50),
+            ms(r.shed_p99),
+            opt(r.open_fds),
+            opt(r.rss_kib),
+        );
+    }
+    out
+}
+
+/// One step as a line of the table.
+pub fn row(r: &StepResult) -> String {
+    format!(
+        "{:>4}× offered {:>7.0}/s  goodput {:>7.0}/s  shed {:>6}  no answer {:>5}  not sent {:>5}  other {:>4}  admitted p50/p99 {:>7.1}/{:>7.1} ms  shed p50/p99 {:>6.1}/{:>6.1} ms  fds {:>5}  rss {:>6} KiB",
+        r.multiplier,
+        r.offered,
+        r.goodput(),
+        r.shed,
+        r.no_answer,
+        r.not_sent,
+        r.other,
+        ms(r.admitted_p50),
+        ms(r.admitted_p99),
+        ms(r.shed_p50),
+        ms(r.shed_p99),
+        opt(r.open_fds),
+        opt(r.rss_kib),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        sweep: SweepArgs,
+    }
+
+    fn args() -> SweepArgs {
+        Cli::parse_from(["x", "--sweep"]).sweep
+    }
+
+    fn result(offered: f64, good: u64, p99_ms: u64) -> StepResult {
+        StepResult {
+            offered,
+            seconds: 1.0,
+            good,
+            admitted_p99: Duration::from_millis(p99_ms),
+            ..StepResult::default()
+        }
+    }
+
+    #[test]
+    fn the_search_ramps_while_goodput_rises_and_latency_holds() {
+        let a = args();
+        assert_eq!(a.multipliers, vec![0.5, 1.0, 2.0, 3.0, 5.0]);
+        let next = next_probe(&a, 0.0, &result(100.0, 100, 10)).unwrap();
+        assert!((next - 140.0).abs() < 1e-9);
+        assert_eq!(
+            next_probe(&a, 500.0, &result(700.0, 510, 10)),
+            None,
+            "goodput rose 2 %"
+        );
+        assert_eq!(
+            next_probe(&a, 100.0, &result(140.0, 140, 900)),
+            None,
+            "p99 past the bound"
+        );
+    }
+
+    #[test]
+    fn steps_are_multiples_of_the_capacity() {
+        let rates = step_rates(800.0, &[0.5, 1.0, 5.0]);
+        assert_eq!(rates, vec![(0.5, 400.0), (1.0, 800.0), (5.0, 4000.0)]);
+    }
+
+    #[test]
+    fn the_csv_has_a_header_and_a_row_per_step() {
+        let csv = to_csv(&[result(100.0, 90, 12), result(200.0, 95, 30)]);
+        let lines: Vec<_> = csv.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0], CSV_HEADER);
+        let cols = CSV_HEADER.split(',').count();
+        assert!(lines.iter().all(|l| l.split(',').count() == cols));
+        assert!(lines[1].starts_with("0,100.0,1.00,0,0,90.0,90,"));
+    }
+
+    /// A server that does 20 ms of work at most 4 at a time and refuses
+    /// the rest at once with 503: a capacity of about 200/s.
+    async fn limited_stub() -> String {
+        use std::sync::Arc;
+        let slots = Arc::new(tokio::sync::Semaphore::new(4));
+        let app = axum::Router::new().route(
+            "/api/products",
+            axum::routing::get(move || {
+                let slots = slots.clone();
+                async move {
+                    let Ok(_slot) = slots.try_acquire_owned() else {
+                        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, "{}");
+                    };
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    (
+                        axum::http::StatusCode::OK,
+                        r#"{"items":[],"next_cursor":null}"#,
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_short_sweep_finds_the_capacity_and_writes_the_csv_and_the_plot() {
+        let base = limited_stub().await;
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().display().to_string();
+        let a = Cli::parse_from([
+            "x",
+            "--sweep",
+            "--start-rate",
+            "50",
+            "--ramp",
+            "2",
+            "--probe-seconds",
+            "0.5",
+            "--step-seconds",
+            "0.6",
+            "--multipliers",
+            "0.5,1,3",
+            "--out",
+            &out,
+            "--pid",
+            &std::process::id().to_string(),
+        ])
+        .sweep;
+        let sweep = run(&base, &a, true).await.unwrap();
+        assert!(!sweep.probes.is_empty());
+        // The stub serves about 200/s; the search stops near it.
+        assert!(
+            sweep.capacity > 50.0 && sweep.capacity < 400.0,
+            "capacity {}",
+            sweep.capacity
+        );
+        assert_eq!(sweep.steps.len(), 3);
+        let over = &sweep.steps[2];
+        assert!(over.shed > 0, "3× is shed: {}", row(over));
+        assert!(over.open_fds.is_some() && over.rss_kib.is_some());
+        let csv = std::fs::read_to_string(&sweep.csv).unwrap();
+        assert_eq!(csv.lines().next(), Some(CSV_HEADER));
+        assert_eq!(csv.lines().count(), 4);
+        let svg = std::fs::read_to_string(&sweep.svg).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("goodput"),
+            "{}",
+            &svg[..200.min(svg.len())]
+        );
+    }
+}
