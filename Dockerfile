@@ -1,8 +1,10 @@
-# One image holding the four ShopEasy service binaries, the fault proxy
-# (`shopeasy-faults`, the Toxiproxy-compatible API compose runs on the
-# service-to-service edges) and the tiny health probe compose uses: build
-# once, run as `shopeasy-gateway`, `shopeasy-product`, `shopeasy-order`,
-# `shopeasy-inventory` or `shopeasy-faults`. One image instead of five
+# One image holding the four ShopEasy service binaries, the demo issuer
+# (`shopeasy-identity`, compose's sign-in for demo customers: not for
+# production), the fault proxy (`shopeasy-faults`, the Toxiproxy-compatible
+# API compose runs on the service-to-service edges) and the tiny health probe
+# compose uses: build once, run as `shopeasy-gateway`, `shopeasy-product`,
+# `shopeasy-order`, `shopeasy-inventory`, `shopeasy-identity` or
+# `shopeasy-faults`. One image instead of six
 # because the binaries share ~95 % of their code and dependencies: one
 # build, one scan, one tag to promote, and the layer is pulled once per node.
 #
@@ -48,7 +50,9 @@ RUN cargo chef cook --release --locked --recipe-path recipe.json
 COPY . .
 # The root file system of the runtime image: the shared libraries the
 # binaries link (glibc, libgcc_s, the loader, as `ldd` lists them), the
-# user `nonroot` (65532) and a writable /tmp. That is what
+# user `nonroot` (65532), a writable /tmp and the demo issuer's key folder
+# (/var/lib/shopeasy-identity, 0700 nonroot: an empty named volume mounted
+# there takes this owner, so the nonroot process can create its key). That is what
 # distroless/cc holds that these binaries use — TLS roots are compiled
 # in (webpki-roots) and times are Unix milliseconds, so no CA bundle or
 # tzdata is read — in about 4 MB instead of a base image's 20-280 MB.
@@ -57,19 +61,22 @@ RUN cargo build --release --locked \
         --bin shopeasy-product \
         --bin shopeasy-order \
         --bin shopeasy-inventory \
+        --bin shopeasy-identity \
         --bin shopeasy-faults \
         --bin shopeasy-probe \
     && mkdir -p /out/usr/local/bin \
     && cp target/release/shopeasy-gateway target/release/shopeasy-product \
           target/release/shopeasy-order target/release/shopeasy-inventory \
+          target/release/shopeasy-identity \
           target/release/shopeasy-faults target/release/shopeasy-probe /out/usr/local/bin/ \
     && for lib in $(ldd /out/usr/local/bin/* | grep -o '/[^ ]*\.so[^ ]*' | sort -u); do \
          mkdir -p "/out$(dirname "$lib")" && cp -L "$lib" "/out$lib"; \
        done \
-    && mkdir -p /out/etc /out/tmp /out/home/nonroot \
+    && mkdir -p /out/etc /out/tmp /out/home/nonroot /out/var/lib/shopeasy-identity \
     && echo 'nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin' > /out/etc/passwd \
     && echo 'nonroot:x:65532:' > /out/etc/group \
-    && chmod 1777 /out/tmp && chown 65532:65532 /out/home/nonroot
+    && chmod 1777 /out/tmp && chown 65532:65532 /out/home/nonroot \
+    && chown 65532:65532 /out/var/lib/shopeasy-identity && chmod 0700 /out/var/lib/shopeasy-identity
 
 # No shell, no package manager, non-root: only the binaries and what they
 # link.
@@ -77,8 +84,8 @@ FROM scratch AS runtime
 COPY --from=builder /out/ /
 USER 65532:65532
 WORKDIR /home/nonroot
-# Public listeners (gateway, product, order, inventory gRPC), the admin
-# listeners (/metrics, /health/*, /admin/resilience) and the fault proxy's
-# API and proxies.
-EXPOSE 8080 8081 8082 50051 9080 9081 9082 9083 8474
+# Public listeners (gateway, product, order, inventory gRPC, demo issuer),
+# the admin listeners (/metrics, /health/*, /admin/resilience) and the fault
+# proxy's API and proxies.
+EXPOSE 8080 8081 8082 50051 8085 9080 9081 9082 9083 9085 8474
 CMD ["shopeasy-gateway"]

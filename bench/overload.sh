@@ -40,6 +40,14 @@ export ADMIN_TOKEN
 # script draws (admission control). Raised unless the caller sets it.
 export LIMITS__CLIENT_REQUESTS_PER_SECOND=${LIMITS__CLIENT_REQUESTS_PER_SECOND:-1000000}
 export LIMITS__CLIENT_BURST=${LIMITS__CLIENT_BURST:-1000000}
+# The generator signs in 1,000 demo customers (`--customers`) and spreads the
+# orders over them; at the rates of a sweep each would still pass the
+# per-customer placement budget (120/min, burst 20) and, once Inventory
+# slows, the open-orders cap (20 pending each): raised too, so the curve
+# measures admission control and not those limits.
+export LIMITS__CUSTOMER_ORDERS_PER_MINUTE=${LIMITS__CUSTOMER_ORDERS_PER_MINUTE:-10000000}
+export LIMITS__CUSTOMER_ORDER_BURST=${LIMITS__CUSTOMER_ORDER_BURST:-10000000}
+export ORDERS__MAX_OPEN_PER_CUSTOMER=${ORDERS__MAX_OPEN_PER_CUSTOMER:-10000}
 LOG__LEVEL=${LOG__LEVEL:-warn} "$bin" --data-dir "$work/data" >"$work/system.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 300); do

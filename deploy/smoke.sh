@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Smoke test of the real compose stack: build the image, start the stack,
 # wait for health, then over the gateway and the fault API walk the README's
-# tour, kill Order during a burst of keyed orders, check the logs stay
-# quiet without Jaeger, and take everything down again.
+# tour signed in (a demo token from the demo issuer through the gateway's
+# POST /api/session, `Authorization: Bearer` on every order call; none →
+# 401), kill Order during a burst of keyed orders, check the logs stay quiet
+# without Jaeger, and take everything down again.
 #
 #   bash deploy/smoke.sh          # from a clone, with a container engine
 #
@@ -72,14 +74,29 @@ trap cleanup EXIT
 # JSON field $2 of the document in file $1 (python3: no jq needed).
 field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval("d"+sys.argv[2]))' "$1" "$2"; }
 
-# POST an order: key, product id, file for the body; prints the status.
+# Signs customer $1 in at the demo issuer through the gateway; prints the
+# access token.
+sign_in() {
+  curl -sf -XPOST "$gw/api/session" -H 'content-type: application/json' \
+    -d "{\"customer\":\"$1\"}" -o "$work/session-$1.json" || fail "POST /api/session for $1"
+  [ "$(field "$work/session-$1.json" '["demo"]')" = True ] || fail "the session does not say demo"
+  field "$work/session-$1.json" '["access_token"]'
+}
+
+# POST an order: key, product id, file for the body, token (default: the
+# tour's customer); prints the status. The customer is the token's `sub`:
+# the body carries none.
 order() {
   local code
   code=$(curl -s -o "$3" -w '%{http_code}' -X POST "$gw/api/orders" \
+    -H "authorization: Bearer ${4:-$token}" \
     -H 'content-type: application/json' -H "idempotency-key: $1" \
-    -d "{\"customer_id\":\"${4:-smoke}\",\"items\":[{\"product_id\":\"$2\",\"quantity\":1}]}") || true
+    -d "{\"items\":[{\"product_id\":\"$2\",\"quantity\":1}]}") || true
   echo "${code:-000}"
 }
+
+# GET a path of the gateway as the tour's customer.
+get() { curl -sf -H "authorization: Bearer $token" "$gw$1" "${@:2}"; }
 
 # Waits up to $1 s until every container of the project with a health check
 # is healthy.
@@ -97,7 +114,7 @@ wait_healthy() {
 # Polls order $1 until its status is $2 (at most $3 s).
 wait_status() {
   local deadline=$(($(date +%s) + $3))
-  until curl -sf "$gw/api/orders/$1" -o "$work/poll.json" && [ "$(field "$work/poll.json" '["status"]')" = "$2" ]; do
+  until get "/api/orders/$1" -o "$work/poll.json" && [ "$(field "$work/poll.json" '["status"]')" = "$2" ]; do
     [ "$(date +%s)" -lt "$deadline" ] || fail "order $1 is not $2 within $3 s"
     sleep 0.5
   done
@@ -130,7 +147,22 @@ mug=$(python3 -c 'import json,sys; print([p["id"] for p in json.load(open(sys.ar
 pen=$(python3 -c 'import json,sys; print([p["id"] for p in json.load(open(sys.argv[1]))["items"] if p["sku"]=="PEN-005"][0])' "$work/products.json")
 ok "12 products, SKU-derived ids"
 
-# --- 4. order and replay ----------------------------------------------------------------
+# --- 4. sign in; without a token no order route answers -----------------------------------
+step "sign in"
+token=$(sign_in smoke)
+[ "$(tr -cd . <<<"$token" | wc -c)" = 2 ] || fail "not a JWT: $token"
+for call in "POST /api/orders" "GET /api/orders" "GET /api/orders/00000000-0000-0000-0000-000000000000"; do
+  code=$(curl -s -o "$work/anon.json" -D "$work/anon.headers" -w '%{http_code}' -X "${call% *}" "$gw${call#* }" \
+    -H 'content-type: application/json' -H "idempotency-key: smoke-anon-$(date +%s%N)" \
+    -d "{\"items\":[{\"product_id\":\"$mug\",\"quantity\":1}]}")
+  [ "$code" = 401 ] || fail "$call without a token got $code, not 401: $(cat "$work/anon.json")"
+  grep -qi '^www-authenticate: Bearer' "$work/anon.headers" || fail "$call: 401 without WWW-Authenticate: Bearer"
+done
+code=$(curl -s -o /dev/null -w '%{http_code}' -H 'authorization: Bearer not.a.token' "$gw/api/orders")
+[ "$code" = 401 ] || fail "a malformed token got $code, not 401"
+ok "a demo token for smoke; no token or a bad one → 401 + WWW-Authenticate"
+
+# --- 5. order and replay ----------------------------------------------------------------
 step "order"
 key="smoke-$(date +%s%N)"
 status=$(order "$key" "$mug" "$work/first.json")
@@ -144,7 +176,7 @@ status=$(order "$key" "$mug" "$work/replay.json")
 cmp -s "$work/first.json" "$work/replay.json" || fail "the replay differs from the first answer"
 ok "201, the same bytes"
 
-# --- 5. break order-inventory, then heal ----------------------------------------------------
+# --- 6. break order-inventory, then heal ----------------------------------------------------
 step "break order-inventory"
 curl -sf -XPOST "$faults/proxies/order-inventory/toxics" -o /dev/null \
   -H 'content-type: application/json' \
@@ -173,13 +205,16 @@ curl -s "$faults/proxies" -o "$work/proxies-after.json" || fail "GET /proxies"
 cmp -s "$work/proxies-before.json" "$work/proxies-after.json" || fail "a refused request changed the proxies"
 ok "403 foreign Host, 415 text/plain, nothing changed"
 
-# --- 6. kill Order during a burst of keyed orders ----------------------------------------------
+# --- 7. kill Order during a burst of keyed orders ----------------------------------------------
 step "SIGKILL order during a burst"
+# A customer of its own, signed in like any other (its orders are counted
+# below by the token's `sub`).
 customer="smoke-burst-$(date +%s)"
+burst_token=$(sign_in "$customer")
 mkdir -p "$work/burst"
 (
   for i in $(seq 1 "$burst"); do
-    order "$customer-$i" "$pen" "$work/burst/$i.json" "$customer" >"$work/burst/$i.status"
+    order "$customer-$i" "$pen" "$work/burst/$i.json" "$burst_token" >"$work/burst/$i.status"
     sleep 0.05
   done
 ) &
@@ -198,7 +233,7 @@ done
 for i in $(seq 1 "$burst"); do
   deadline=$(($(date +%s) + 60))
   while :; do
-    status=$(order "$customer-$i" "$pen" "$work/burst/$i.again" "$customer")
+    status=$(order "$customer-$i" "$pen" "$work/burst/$i.again" "$burst_token")
     case "$status" in 201 | 202) break ;; esac
     [ "$(date +%s)" -lt "$deadline" ] || fail "key $customer-$i still answers $status"
     sleep 0.5
@@ -207,7 +242,8 @@ for i in $(seq 1 "$burst"); do
   case "$(cat "$work/burst/$i.status")" in
     201 | 202)
       [ "$(field "$work/burst/$i.json" '["id"]')" = "$again" ] || fail "key $i gave two orders"
-      curl -sf "$gw/api/orders/$again" -o /dev/null || fail "order $again (answered before the kill) is gone"
+      curl -sf -H "authorization: Bearer $burst_token" "$gw/api/orders/$again" -o /dev/null ||
+        fail "order $again (answered before the kill) is gone"
       ;;
   esac
   echo "$again" >>"$work/burst/ids"
@@ -219,11 +255,20 @@ stored=$("${compose[@]}" exec -T postgres psql -U shopeasy -d order -tAc \
 [ "$stored" = "$burst" ] || fail "$burst keys, but $stored orders stored for them"
 ok "$answered of $burst answered 201/202 before the kill; every key one order, none twice"
 
-# --- 7. quiet telemetry without Jaeger ----------------------------------------------------------
+# --- 8. ownership: another customer sees nothing of smoke's ------------------------------------
+step "ownership"
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $burst_token" "$gw/api/orders/$pending")
+[ "$code" = 404 ] || fail "$customer sees smoke's order $pending: $code, not 404"
+code=$(curl -s -o /dev/null -w '%{http_code}' -XPOST -H "authorization: Bearer $burst_token" "$gw/api/orders/$pending/cancel")
+[ "$code" = 404 ] || fail "$customer cancels smoke's order $pending: $code, not 404"
+get "/api/orders/$pending" -o /dev/null || fail "smoke no longer sees its own order $pending"
+ok "404 for another customer's order (show and cancel)"
+
+# --- 9. quiet telemetry without Jaeger ----------------------------------------------------------
 step "telemetry without Jaeger"
 minutes=$((($(date +%s) - started) / 60 + 1))
 warned=0
-for service in gateway product order inventory; do
+for service in gateway product order inventory identity; do
   "${compose[@]}" logs --no-color "$service" >"$work/$service.log" 2>&1
   errors=$(grep '"level":"ERROR"' "$work/$service.log" | grep -c opentelemetry || true)
   [ "$errors" = 0 ] || fail "$service: $errors ERROR lines from the trace exporter"
@@ -233,9 +278,9 @@ for service in gateway product order inventory; do
   warned=$((warned + warns))
 done
 [ "$warned" -ge 1 ] || fail "no service said that trace export fails (is OTEL_EXPORTER_OTLP_ENDPOINT set?)"
-ok "no ERROR; $warned WARN lines from 4 services in $minutes min"
+ok "no ERROR; $warned WARN lines from 5 services in $minutes min"
 
-# --- 8. down -v -----------------------------------------------------------------------------------
+# --- 10. down -v -----------------------------------------------------------------------------------
 step "down -v"
 "${compose[@]}" down -v --remove-orphans --timeout 10 >/dev/null 2>&1 || fail "compose down"
 [ -z "$(leftovers)" ] || fail "left behind: $(leftovers | tr '\n' ' ')"

@@ -68,17 +68,81 @@ pub fn services() -> Vec<ServiceSpec> {
         .collect()
 }
 
+/// The demo issuer ([`topology::IDENTITY`]) as a compose service, without
+/// defaults: compose runs it (not published), the Kubernetes demo overlay
+/// runs it, the base never does. It is not one of [`services`], so the
+/// checks that walk the four services (edges, PodDisruptionBudgets, two
+/// replicas) do not apply to it.
+pub fn identity() -> ServiceSpec {
+    let node = &topology::IDENTITY;
+    ServiceSpec {
+        name: node.name,
+        binary: node.binary,
+        public_port: node.public_port,
+        protocol: node.protocol,
+        admin_port: node.admin_port,
+        calls: node.calls,
+        defaults: None,
+    }
+}
+
+/// The services that verify customers' bearer tokens and so must be given
+/// a key source (`auth.jwks_url`): without one they refuse to start.
+pub const VERIFIERS: [&str; 2] = ["gateway", "order"];
+
+/// The variable naming the JWKS a verifier trusts (`auth.jwks_url`).
+pub const JWKS_VAR: &str = "AUTH__JWKS_URL";
+
+/// The variable of the one fixed public key a verifier may trust instead
+/// (`auth.public_key_pem`).
+pub const PUBLIC_KEY_VAR: &str = "AUTH__PUBLIC_KEY_PEM";
+
+/// The gateway's route to the demo issuer's sign-in (`routes.identity_url`;
+/// optional: empty is not routed).
+pub const IDENTITY_ROUTE_VAR: &str = "ROUTES__IDENTITY_URL";
+
+/// The host of an `http(s)://host[:port]/…` URL and its port (the scheme's
+/// default when none is written); `None` for anything else.
+pub fn url_host_port(url: &str) -> Option<(String, u16)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let default = match scheme {
+        "http" => 80,
+        "https" => 443,
+        _ => return None,
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let authority = authority.rsplit('@').next().unwrap_or_default();
+    if authority.is_empty() {
+        return None;
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (host, after) = v6.split_once(']')?;
+            (host, after.strip_prefix(':'))
+        }
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    let port = match port {
+        Some(p) => p.parse().ok()?,
+        None => default,
+    };
+    Some((host.to_owned(), port))
+}
+
 /// The port each backing store listens on.
 pub fn store_port(name: &str) -> Option<u16> {
     topology::store(name).map(|s| s.port)
 }
 
 /// Whether a variable wires the service into one deployment (addresses,
-/// URLs, tokens, endpoints, log format) rather than tuning its behaviour. Wiring may
+/// URLs, tokens, endpoints, folders in the container, keys, log format) rather than tuning its behaviour. Wiring may
 /// be given any value; a tunable setting must repeat the code's default
 /// (compose writes it `${VAR:-default}`) so the code stays the one source.
 pub fn is_wiring(var: &str) -> bool {
-    ["_ADDR", "_URL", "_TOKEN", "_ENDPOINT"]
+    ["_ADDR", "_URL", "_TOKEN", "_ENDPOINT", "_DIR", "_PEM"]
         .iter()
         .any(|suffix| var.ends_with(suffix))
         || var == "LOG__FORMAT"
@@ -137,6 +201,9 @@ mod tests {
             "LOG__FORMAT",
             "ADMIN_TOKEN",
             "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "AUTH__JWKS_URL",
+            "AUTH__PUBLIC_KEY_PEM",
+            "DATA_DIR",
         ] {
             assert!(is_wiring(var), "{var}");
         }
@@ -145,8 +212,25 @@ mod tests {
             "LOG__LEVEL",
             "DATABASE__MAX_CONNECTIONS",
             "REQUEST_TIMEOUT_SECONDS",
+            "AUTH__ISSUER",
         ] {
             assert!(!is_wiring(var), "{var}");
         }
+    }
+
+    #[test]
+    fn urls_give_their_host_and_port() {
+        let hp = |u: &str| url_host_port(u).map(|(h, p)| format!("{h}:{p}"));
+        assert_eq!(
+            hp("http://identity:8085/.well-known/jwks.json").as_deref(),
+            Some("identity:8085")
+        );
+        assert_eq!(
+            hp("https://sso.example.com/realms/shop/protocol/openid-connect/certs").as_deref(),
+            Some("sso.example.com:443")
+        );
+        assert_eq!(hp("http://dex").as_deref(), Some("dex:80"));
+        assert_eq!(hp("").as_deref(), None);
+        assert_eq!(hp("ftp://x/y").as_deref(), None);
     }
 }

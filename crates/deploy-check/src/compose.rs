@@ -7,7 +7,10 @@ use serde_json::Value as Json;
 
 use crate::{
     Error, Finding,
-    catalogue::{ServiceSpec, display, is_wiring, same_value},
+    catalogue::{
+        IDENTITY_ROUTE_VAR, JWKS_VAR, PUBLIC_KEY_VAR, ServiceSpec, VERIFIERS, display, identity,
+        is_wiring, same_value, url_host_port,
+    },
     interpolation, yaml,
     yaml::scalar,
 };
@@ -37,24 +40,34 @@ pub const BIND_VAR: &str = "SHOPEASY_BIND";
 /// binds once compose fills in defaults; `None` when it names none (every
 /// interface).
 fn published_host(port: &str) -> Option<String> {
-    // Fill `${VAR:-default}` with its default (what a plain `up` uses).
-    let mut filled = String::new();
-    let mut rest = port;
-    while let Some(at) = rest.find("${") {
-        filled.push_str(&rest[..at]);
-        let body = &rest[at + 2..];
-        let end = body.find('}').unwrap_or(body.len());
-        let default = body[..end].split_once(":-").map_or("", |(_, d)| d);
-        filled.push_str(default);
-        rest = body.get(end + 1..).unwrap_or_default();
-    }
-    filled.push_str(rest);
+    let filled = filled(port);
     let filled = filled.split('/').next().unwrap_or_default(); // `/tcp`
     if let Some(v6) = filled.strip_prefix('[') {
         return v6.split_once(']').map(|(ip, _)| ip.to_owned());
     }
     let parts: Vec<&str> = filled.split(':').collect();
     (parts.len() == 3).then(|| parts[0].to_owned())
+}
+
+/// `text` with every `${VAR:-default}` / `${VAR-default}` replaced by its
+/// default: what a plain `up` without `.env` uses.
+pub fn filled(text: &str) -> String {
+    let mut filled = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("${") {
+        filled.push_str(&rest[..at]);
+        let body = &rest[at + 2..];
+        let end = body.find('}').unwrap_or(body.len());
+        let inner = &body[..end];
+        let default = inner
+            .split_once(":-")
+            .or_else(|| inner.split_once('-'))
+            .map_or("", |(_, d)| d);
+        filled.push_str(default);
+        rest = body.get(end + 1..).unwrap_or_default();
+    }
+    filled.push_str(rest);
+    filled
 }
 
 /// Checks that `service` publishes only on loopback: each port names a
@@ -149,6 +162,8 @@ pub struct ComposeService {
     pub cap_drop: Vec<String>,
     /// `profiles`: empty = started by a plain `up`.
     pub profiles: Vec<String>,
+    /// `volumes` as `source:target[:mode]` (the long form rewritten so).
+    pub volumes: Vec<String>,
 }
 
 fn strings(value: &Json) -> Vec<String> {
@@ -241,6 +256,16 @@ impl ComposeService {
             read_only: s.get("read_only") == Some(&Json::Bool(true)),
             cap_drop: s.get("cap_drop").map(strings).unwrap_or_default(),
             profiles: s.get("profiles").map(strings).unwrap_or_default(),
+            volumes: s
+                .get("volumes")
+                .and_then(Json::as_array)
+                .into_iter()
+                .flatten()
+                .map(|v| match v {
+                    Json::Object(_) => format!("{}:{}", scalar(&v["source"]), scalar(&v["target"])),
+                    other => scalar(other),
+                })
+                .collect(),
         }
     }
 }
@@ -426,13 +451,16 @@ fn check_environment(
         };
         match interpolation::own_default(var, value) {
             None if crate::is_deployment_choice(var) => {}
-            Some(given) if !same_value(default, given) => out.push(Finding::new(
-                place,
-                format!(
-                    "{var}: compose default {given} differs from the default in code ({})",
-                    display(default)
-                ),
-            )),
+            // Wiring may have any value, as its compose default too.
+            Some(given) if !is_wiring(var) && !same_value(default, given) => {
+                out.push(Finding::new(
+                    place,
+                    format!(
+                        "{var}: compose default {given} differs from the default in code ({})",
+                        display(default)
+                    ),
+                ))
+            }
             Some(_) => {}
             None if !is_wiring(var) => out.push(Finding::new(
                 place,
@@ -500,6 +528,122 @@ fn check_listeners(
             None => {}
         }
     }
+}
+
+/// Checks how customers' tokens are wired (issue 15): each of the
+/// [`VERIFIERS`] (gateway, order) is given a key source — `AUTH__JWKS_URL`
+/// (an http(s) URL once compose fills in defaults) or `AUTH__PUBLIC_KEY_PEM`
+/// — without which it refuses to start, and waits for the compose service
+/// that URL names to be healthy; the gateway's `ROUTES__IDENTITY_URL`, when
+/// it names a compose service, waits for it too. The demo issuer
+/// ([`identity`], `shopeasy-identity`) runs, publishes no port (clients sign
+/// in through the gateway) and keeps its key on a named volume mounted at
+/// its `DATA_DIR`, so a restart keeps the tokens valid.
+pub fn check_auth(compose: &Compose) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let waits_for = |caller: &str,
+                     service: &ComposeService,
+                     var: &str,
+                     url: &str,
+                     out: &mut Vec<Finding>| {
+        let place = format!("docker-compose.yml: services.{caller}");
+        let Some((host, _)) = url_host_port(url) else {
+            out.push(Finding::new(
+                &place,
+                format!("{var} = {url:?} is not an http(s) URL"),
+            ));
+            return;
+        };
+        if compose.services.contains_key(&host)
+            && service.depends_on.get(&host).map(String::as_str) != Some("service_healthy")
+        {
+            out.push(Finding::new(
+                &place,
+                format!("{var} names `{host}`: must start after it is healthy (depends_on: {host}: condition: service_healthy)"),
+            ));
+        }
+    };
+    for caller in VERIFIERS {
+        let place = format!("docker-compose.yml: services.{caller}");
+        let Some(service) = compose.services.get(caller) else {
+            out.push(Finding::new(&place, "service missing"));
+            continue;
+        };
+        let given = |var: &str| {
+            service
+                .environment
+                .get(var)
+                .map(|v| filled(v))
+                .filter(|v| !v.trim().is_empty())
+        };
+        match (given(JWKS_VAR), given(PUBLIC_KEY_VAR)) {
+            (Some(url), None) => waits_for(caller, service, JWKS_VAR, &url, &mut out),
+            (None, Some(_)) => {}
+            (Some(_), Some(_)) => out.push(Finding::new(
+                &place,
+                format!("both {JWKS_VAR} and {PUBLIC_KEY_VAR}: {caller} refuses to start with two key sources"),
+            )),
+            (None, None) => out.push(Finding::new(
+                &place,
+                format!("no {JWKS_VAR} (nor {PUBLIC_KEY_VAR}): {caller} verifies customers' tokens and refuses to start without a key source"),
+            )),
+        }
+        if caller == "gateway"
+            && let Some(url) = given(IDENTITY_ROUTE_VAR)
+        {
+            waits_for(caller, service, IDENTITY_ROUTE_VAR, &url, &mut out);
+        }
+    }
+    let spec = identity();
+    let place = format!("docker-compose.yml: services.{}", spec.name);
+    match compose.services.get(spec.name) {
+        None => out.push(Finding::new(
+            &place,
+            format!("missing: compose runs the demo issuer (`{}`)", spec.binary),
+        )),
+        Some(service) => {
+            if service.command.first().map(String::as_str) != Some(spec.binary) {
+                out.push(Finding::new(
+                    &place,
+                    format!("runs {:?}, expected `{}`", service.command, spec.binary),
+                ));
+            }
+            if !service.ports.is_empty() {
+                out.push(Finding::new(
+                    &place,
+                    format!(
+                        "publishes {:?}: the demo issuer is reached through the gateway (POST /api/session), never directly",
+                        service.ports
+                    ),
+                ));
+            }
+            let named: BTreeSet<&str> = compose.document["volumes"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, _)| k.as_str())
+                .collect();
+            let data_dir = service.environment.get("DATA_DIR").map(|d| filled(d));
+            let kept = data_dir.as_deref().is_some_and(|dir| {
+                service.volumes.iter().any(|v| {
+                    let mut parts = v.split(':');
+                    let (source, target) = (parts.next().unwrap_or_default(), parts.next());
+                    named.contains(source) && target == Some(dir)
+                })
+            });
+            if !kept {
+                out.push(Finding::new(
+                    &place,
+                    format!(
+                        "its key folder (DATA_DIR = {data_dir:?}) must be a named volume, so a restart keeps the key and the tokens it signed stay valid"
+                    ),
+                ));
+            }
+        }
+    }
+    out.sort_by(|a, b| (&a.place, &a.message).cmp(&(&b.place, &b.message)));
+    out.dedup();
+    out
 }
 
 /// One proxy of the fault proxy's config file (a Toxiproxy config).

@@ -7,7 +7,10 @@ use serde_json::Value as Json;
 
 use crate::{
     Error, Finding,
-    catalogue::{ServiceSpec, display, is_wiring, same_value, store_port},
+    catalogue::{
+        IDENTITY_ROUTE_VAR, JWKS_VAR, PUBLIC_KEY_VAR, ServiceSpec, VERIFIERS, display, identity,
+        is_wiring, same_value, store_port, url_host_port,
+    },
     yaml::{self, scalar},
 };
 
@@ -125,6 +128,9 @@ fn selects(selector: &Json, labels: &Json) -> bool {
 struct Given {
     value: Option<String>,
     source: String,
+    /// From a ConfigMap the cluster provides (referenced, not shipped): its
+    /// value is the operator's to choose.
+    from_cluster: bool,
 }
 
 /// Every variable a container is given: `env`, then `envFrom` ConfigMaps
@@ -160,6 +166,7 @@ fn container_env(
                     Given {
                         value,
                         source: source.clone(),
+                        from_cluster: false,
                     },
                 );
             }
@@ -169,6 +176,7 @@ fn container_env(
                     Given {
                         value: Some(scalar(value)),
                         source: source.clone(),
+                        from_cluster: false,
                     },
                 );
             }
@@ -176,14 +184,43 @@ fn container_env(
     }
     for var in container["env"].as_array().into_iter().flatten() {
         let name_ = scalar(&var["name"]);
-        let value = var.get("value").map(scalar);
-        env.insert(
-            name_,
+        let key_ref = &var["valueFrom"]["configMapKeyRef"];
+        let given = if let Some(reference) = key_ref["name"].as_str() {
+            // One key of a ConfigMap: its value when the ConfigMap is among
+            // `objects`; otherwise the cluster provides it (as the base's
+            // Secrets), and an optional key may be left out.
+            let key = scalar(&key_ref["key"]);
+            let source = format!("ConfigMap {reference} key {key}");
+            match find(objects, "ConfigMap", reference) {
+                Some(map) => match map["data"].get(&key) {
+                    Some(value) => Given {
+                        value: Some(scalar(value)),
+                        source,
+                        from_cluster: false,
+                    },
+                    None if key_ref["optional"] == true => continue,
+                    None => {
+                        out.push(Finding::new(
+                            place,
+                            format!("{name_}: {source} not found (the pod would not start)"),
+                        ));
+                        continue;
+                    }
+                },
+                None => Given {
+                    value: None,
+                    source: format!("{source}, provided by the cluster"),
+                    from_cluster: true,
+                },
+            }
+        } else {
             Given {
-                value,
+                value: var.get("value").map(scalar),
                 source: "env".into(),
-            },
-        );
+                from_cluster: false,
+            }
+        };
+        env.insert(name_, given);
     }
     env
 }
@@ -326,6 +363,7 @@ fn check_service(objects: &[Json], spec: &ServiceSpec, complete: bool, out: &mut
                     ),
                 )),
                 Some(_) => {}
+                None if given.from_cluster => {}
                 None => out.push(Finding::new(
                     &place,
                     format!(
@@ -517,4 +555,227 @@ fn check_network_policies(objects: &[Json], specs: &[ServiceSpec], out: &mut Vec
             }
         }
     }
+}
+
+/// The port an HTTPS identity provider outside the cluster is reached on:
+/// what the base lets the verifiers reach when it cannot know the
+/// provider's address (the operator's ConfigMap names it).
+pub const PROVIDER_PORT: u16 = 443;
+
+fn container_named<'a>(deployment: &'a Json, name_: &str) -> Option<&'a Json> {
+    deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == name_)
+}
+
+/// Checks how customers' tokens are wired in one Kubernetes variant
+/// (`place`: `k8s/base`, `kubectl kustomize k8s/overlays/demo`, …): each of
+/// the [`VERIFIERS`] (gateway, order) is given `AUTH__JWKS_URL` (or
+/// `AUTH__PUBLIC_KEY_PEM`) — a value, or a key of a ConfigMap the cluster
+/// provides, which the pod cannot start without — and its NetworkPolicies
+/// let it reach that provider: the in-cluster Service the URL names (both
+/// ways), or port 443 outside when the URL is the cluster's to give. The
+/// gateway's `ROUTES__IDENTITY_URL`, when it names an in-cluster Service,
+/// is reachable the same way.
+pub fn check_auth(objects: &[Json], place: &str) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for caller in VERIFIERS {
+        let here = format!("{place}: Deployment {caller}");
+        let Some(container) =
+            find(objects, "Deployment", caller).and_then(|d| container_named(d, caller))
+        else {
+            out.push(Finding::new(&here, "missing"));
+            continue;
+        };
+        let env = container_env(objects, container, &here, &mut out);
+        let key = env.get(JWKS_VAR).or_else(|| env.get(PUBLIC_KEY_VAR));
+        let reach = |var: &str, url: &str, out: &mut Vec<Finding>| {
+            let Some((host, port)) = url_host_port(url) else {
+                out.push(Finding::new(
+                    &here,
+                    format!("{var} = {url:?} is not an http(s) URL"),
+                ));
+                return;
+            };
+            let service = host.split('.').next().unwrap_or_default();
+            let in_cluster = find(objects, "Service", service).is_some();
+            let egress = allowed(objects, caller, Direction::Egress, service, port);
+            let ingress =
+                !in_cluster || allowed(objects, service, Direction::Ingress, caller, port);
+            if !(egress && ingress) {
+                out.push(Finding::new(
+                    &here,
+                    format!("{var} names {host}:{port}, which the NetworkPolicies do not let {caller} reach (egress {egress}, ingress {ingress})"),
+                ));
+            }
+        };
+        match key {
+            None => out.push(Finding::new(
+                &here,
+                format!("no {JWKS_VAR} (nor {PUBLIC_KEY_VAR}): {caller} verifies customers' tokens and refuses to start without a key source"),
+            )),
+            Some(Given { value: Some(v), source, .. }) if v.trim().is_empty() => out.push(Finding::new(
+                &here,
+                format!("{JWKS_VAR} is empty (from {source}): {caller} refuses to start"),
+            )),
+            Some(Given { value: Some(url), .. }) if env.contains_key(JWKS_VAR) => {
+                reach(JWKS_VAR, url, &mut out);
+            }
+            Some(Given { value: Some(_), .. }) => {}
+            Some(Given { value: None, .. }) => {
+                if !allowed(objects, caller, Direction::Egress, "", PROVIDER_PORT) {
+                    out.push(Finding::new(
+                        &here,
+                        format!("its JWKS provider is the cluster's to name, but the NetworkPolicies do not let {caller} reach port {PROVIDER_PORT}"),
+                    ));
+                }
+            }
+        }
+        if caller == "gateway"
+            && let Some(Given {
+                value: Some(url), ..
+            }) = env.get(IDENTITY_ROUTE_VAR)
+            && !url.trim().is_empty()
+        {
+            reach(IDENTITY_ROUTE_VAR, url, &mut out);
+        }
+    }
+    out
+}
+
+/// Checks where the demo issuer ([`identity`], `shopeasy-identity`) runs:
+/// never in the base (`demo` false: a real deployment trusts its own
+/// provider, and a base that ships a sign-in for anyone would be inherited
+/// by every overlay); in the demo overlay (`demo` true) as Deployment and
+/// Service `identity`: one replica (one key), its ports, probes on the admin
+/// port, and its `DATA_DIR` on a volume (an emptyDir or a claim: the root
+/// file system is read-only).
+pub fn check_identity(objects: &[Json], place: &str, demo: bool) -> Vec<Finding> {
+    let spec = identity();
+    let mut out = Vec::new();
+    let runs_it = |o: &&Json| {
+        o["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["command"][0] == spec.binary)
+    };
+    if !demo {
+        for o in objects.iter().filter(|o| {
+            (name(o) == spec.name && matches!(kind(o), "Deployment" | "Service")) || runs_it(o)
+        }) {
+            out.push(Finding::new(
+                format!("{place}: {} {}", kind(o), name(o)),
+                format!("ships the demo issuer (`{}`): the base trusts the cluster's own provider (AUTH__JWKS_URL); only the demo overlay runs it", spec.binary),
+            ));
+        }
+        return out;
+    }
+    let here = format!("{place}: Deployment {}", spec.name);
+    let Some(deployment) = find(objects, "Deployment", spec.name) else {
+        out.push(Finding::new(
+            &here,
+            "missing: the demo overlay runs the demo issuer",
+        ));
+        return out;
+    };
+    if deployment["spec"]["replicas"].as_u64().unwrap_or(1) != 1 {
+        out.push(Finding::new(
+            &here,
+            "replicas must be 1: each replica would make its own key in its own volume",
+        ));
+    }
+    let Some(container) = container_named(deployment, spec.name) else {
+        out.push(Finding::new(
+            &here,
+            format!("no container named {}", spec.name),
+        ));
+        return out;
+    };
+    if container["command"][0] != spec.binary {
+        out.push(Finding::new(&here, format!("must run `{}`", spec.binary)));
+    }
+    let ports: Vec<(String, u64)> = container["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            (
+                scalar(&p["name"]),
+                p["containerPort"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    for (port_name, number) in [
+        (spec.protocol, spec.public_port),
+        ("admin", spec.admin_port),
+    ] {
+        if !ports.contains(&(port_name.to_owned(), u64::from(number))) {
+            out.push(Finding::new(
+                &here,
+                format!("needs containerPort {number} named {port_name}"),
+            ));
+        }
+    }
+    for probe in ["livenessProbe", "readinessProbe"] {
+        let port = &container[probe]["httpGet"]["port"];
+        if !(port == "admin" || port.as_u64() == Some(u64::from(spec.admin_port))) {
+            out.push(Finding::new(
+                &here,
+                format!("{probe} must be httpGet on the admin port"),
+            ));
+        }
+    }
+    let data_dir = container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["name"] == "DATA_DIR")
+        .map(|v| scalar(&v["value"]));
+    let volumes = &deployment["spec"]["template"]["spec"]["volumes"];
+    let on_volume = data_dir.as_deref().is_some_and(|dir| {
+        container["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|m| {
+                m["mountPath"] == dir
+                    && volumes.as_array().into_iter().flatten().any(|v| {
+                        v["name"] == m["name"]
+                            && (v.get("emptyDir").is_some()
+                                || v.get("persistentVolumeClaim").is_some())
+                    })
+            })
+    });
+    if !on_volume {
+        out.push(Finding::new(
+            &here,
+            format!("DATA_DIR ({data_dir:?}) must be set and mounted from an emptyDir or a PersistentVolumeClaim (the key is written there)"),
+        ));
+    }
+    let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    match find(objects, "Service", spec.name) {
+        None => out.push(Finding::new(
+            format!("{place}: Service {}", spec.name),
+            "missing",
+        )),
+        Some(service) => {
+            let port_ok = service["spec"]["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|p| p["port"].as_u64() == Some(u64::from(spec.public_port)));
+            if !selects(&service["spec"]["selector"], labels) || !port_ok {
+                out.push(Finding::new(
+                    format!("{place}: Service {}", spec.name),
+                    format!(
+                        "must select the identity pods and expose port {}",
+                        spec.public_port
+                    ),
+                ));
+            }
+        }
+    }
+    out
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{mutate, read, root, specs};
+use common::{compose_specs, mutate, read, root, specs};
 use shopeasy_deploy_check::{
     Finding,
     catalogue::defaults_of,
@@ -14,7 +14,10 @@ use shopeasy_deploy_check::{
 };
 
 fn compose_findings(text: &str) -> Vec<Finding> {
-    compose::check(&Compose::parse(text).expect("compose parses"), &specs())
+    compose::check(
+        &Compose::parse(text).expect("compose parses"),
+        &compose_specs(),
+    )
 }
 
 fn env_findings(env: &str, compose_text: &str) -> Vec<Finding> {
@@ -22,7 +25,7 @@ fn env_findings(env: &str, compose_text: &str) -> Vec<Finding> {
     dotenv::check(
         &dotenv::parse(env).expect(".env.example parses"),
         &compose,
-        &specs(),
+        &compose_specs(),
     )
 }
 
@@ -106,7 +109,7 @@ fn kubernetes_base_repeats_the_defaults_and_wires_spec_ports_and_probes() {
 fn prometheus_scrapes_every_admin_listener() {
     assert_clean(
         "deploy/prometheus/prometheus.yml",
-        &compose::check_scrape(&read("deploy/prometheus/prometheus.yml"), &specs()),
+        &compose::check_scrape(&read("deploy/prometheus/prometheus.yml"), &compose_specs()),
     );
 }
 
@@ -534,8 +537,9 @@ fn a_network_edge_outside_spec_is_caught() {
     // Let the gateway call inventory directly: not an edge of SPEC §1.
     let findings = base_findings(Some((
         "network-policies.yaml",
-        "      ports: [{protocol: TCP, port: 8082}]\n---",
-        "      ports: [{protocol: TCP, port: 8082}]\n    - ports: [{protocol: TCP, port: 50051}]\n---",
+        // The first is the gateway's (its JWKS provider on 443).
+        "    - ports: [{protocol: TCP, port: 443}]\n---",
+        "    - ports: [{protocol: TCP, port: 443}]\n    - ports: [{protocol: TCP, port: 50051}]\n---",
     )));
     assert_caught(
         &findings,
@@ -555,7 +559,7 @@ fn a_network_edge_outside_spec_is_caught() {
 #[test]
 fn the_image_builds_every_binary_the_deployments_run() {
     let dockerfile = read("Dockerfile");
-    let binaries = specs()
+    let binaries = compose_specs()
         .into_iter()
         .map(|s| s.binary)
         .chain(["shopeasy-probe"]);

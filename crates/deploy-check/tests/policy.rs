@@ -70,8 +70,8 @@ fn rendered_demo_overlay_meets_the_policy_and_wires_every_service() {
     };
     assert_eq!(
         workloads(&objects),
-        7,
-        "four services, Postgres, Redis and the fault proxy"
+        8,
+        "four services, Postgres, Redis, the fault proxy and the demo issuer"
     );
     let findings = policy::check(&objects);
     assert!(findings.is_empty(), "policy:\n{}", report(&findings));

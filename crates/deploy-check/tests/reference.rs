@@ -39,6 +39,10 @@ fn generated() -> String {
             "inventory (`shopeasy-inventory`)",
             &rows::<shopeasy_inventory::settings::InventorySettings>(),
         ),
+        markdown(
+            "identity, the demo issuer (`shopeasy-identity`; compose and the demo overlay only)",
+            &rows::<shopeasy_identity::server::IdentitySettings>(),
+        ),
     ] {
         out.push_str(&section);
         out.push('\n');

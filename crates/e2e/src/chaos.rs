@@ -1,6 +1,8 @@
-//! The seeded chaos run (FAULTS.md, "The generator"): K concurrent clients
-//! place orders through the gateway — fresh keys, retries of earlier keys
-//! with the same body, reuses of a key with another body — while a fault
+//! The seeded chaos run (FAULTS.md, "The generator"): K concurrent clients,
+//! each signed in as its own customer (`chaos-0`, `chaos-1`, …), place
+//! orders through the gateway — fresh keys, retries of earlier keys with
+//! the same body, reuses of a key with another body, and another
+//! customer's key (which is a fresh key of this one's) — while a fault
 //! schedule toggles faults on `gateway-order` and `order-inventory` every
 //! few hundred milliseconds. Then every edge is healed, the outbox drains
 //! (C8), and the checker reads both databases ([`crate::invariants`]).
@@ -115,14 +117,25 @@ impl ChaosReport {
     /// A few lines for the test log.
     pub fn summary(&self) -> String {
         format!(
-            "seed {} ops {} statuses {:?} orders {} drained in {:?} violations {}",
+            "seed {} ops {} statuses {:?} orders {} keys sent by several customers {} \
+             drained in {:?} violations {}",
             self.seed,
             self.history.ops().len(),
             self.statuses,
             self.snapshot.orders.len(),
+            self.shared_keys(),
             self.drained_in,
             self.violations.len()
         )
+    }
+
+    /// Keys that more than one customer sent (each its own key: scoped).
+    pub fn shared_keys(&self) -> usize {
+        let mut customers: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+        for op in self.history.ops() {
+            customers.entry(op.key).or_default().insert(op.customer);
+        }
+        customers.values().filter(|c| c.len() > 1).count()
     }
 }
 
@@ -151,12 +164,12 @@ pub async fn run(
         products.push(product.id.to_string());
     }
     // Warm the stock cache so a stale answer exists (the 202 path).
-    let warm = Client::new(cluster.gateway_url(), Duration::from_secs(5));
+    let warm = cluster.client(WARM_UP, Duration::from_secs(5));
     for product in &products {
         let _ = warm
             .post_json(
                 "/api/orders",
-                &json!({"customer_id": "warm-up", "items": [{"product_id": product, "quantity": 1000}]}),
+                &json!({"items": [{"product_id": product, "quantity": 1000}]}),
                 Some(&format!("warm-{product}")),
             )
             .await;
@@ -186,13 +199,21 @@ pub async fn run(
             }
         });
     }
+    let shared = Keys::default();
     for c in 0..config.clients {
-        let client = Client::new(cluster.gateway_url(), Duration::from_secs(5));
+        let name = format!("chaos-{c}");
+        let client = cluster.client(&name, Duration::from_secs(5));
         let history = history.clone();
         let products = products.clone();
+        let shared = shared.clone();
         let seed = config.seed ^ ((c as u64 + 1) << 32);
         tasks.spawn(async move {
-            customer(c, seed, client, products, history, deadline).await;
+            let me = Customer {
+                index: c,
+                name,
+                client,
+            };
+            customer(me, seed, products, history, shared, deadline).await;
         });
     }
     {
@@ -233,10 +254,21 @@ pub async fn run(
         ));
     }
     // The warm-up orders are not in the history; leave them out.
-    snapshot
-        .orders
-        .retain(|_, (customer, _)| customer != "warm-up");
+    snapshot.without_customer(WARM_UP);
     violations.extend(invariants::check(&history, &snapshot, &initial));
+    // Faults never make a signed-in customer a stranger: the token is
+    // checked by the gateway and the order service alike, with no call
+    // out (a fixed key), so no fault may turn into a 401 or 403.
+    for op in history.ops() {
+        if matches!(op.answer.status, Some(401 | 403)) {
+            violations.push(format!(
+                "auth: {} (key {}) got {}",
+                op.customer,
+                op.key,
+                op.answer.describe()
+            ));
+        }
+    }
     let mut statuses = BTreeMap::new();
     for op in history.ops() {
         *statuses.entry(op.answer.status).or_default() += 1;
@@ -288,25 +320,61 @@ async fn clear(proxy: &shopeasy_faults::FaultProxy, fault: Option<Fault>) {
     proxy.set_enabled(true).await;
 }
 
-/// One customer: until `deadline`, a fresh order (70 %), a retry of one of
-/// its earlier keys with the same body (20 %) or a reuse of an earlier key
-/// with another body (10 %).
-async fn customer(
+/// The customer the runs' warm-up orders are placed as (left out of the
+/// check: they are not in the history).
+pub const WARM_UP: &str = "warm-up";
+
+/// The keys every client has used so far, so one can borrow another's.
+type Keys = Arc<std::sync::Mutex<Vec<String>>>;
+
+/// One signed-in client of a run.
+struct Customer {
     index: usize,
-    seed: u64,
+    /// Its token's `sub`.
+    name: String,
     client: Client,
+}
+
+/// One customer: until `deadline`, a fresh order (65 %), another
+/// customer's key with a body of its own (5 %: scoped keys make it a fresh
+/// key, never a replay of the other's order), a retry of one of its
+/// earlier keys with the same body (20 %) or a reuse of an earlier key with
+/// another body (10 %).
+async fn customer(
+    me: Customer,
+    seed: u64,
     products: Vec<String>,
     history: History,
+    shared: Keys,
     deadline: Instant,
 ) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut earlier: Vec<(String, Value)> = Vec::new();
+    let mut mine: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut n = 0u32;
     while Instant::now() < deadline {
         let roll: f64 = rng.random();
         let (key, body, intent) = if earlier.is_empty() || roll < 0.7 {
-            n += 1;
-            let key = format!("chaos-{seed:x}-{index}-{n}");
+            // Drawn whether or not it is used, so the seed's stream (and
+            // every body after it) does not depend on the interleaving.
+            let pick = rng.random::<u32>() as usize;
+            // One draw from everyone's keys; one of this customer's own
+            // (or one it borrowed before) means a fresh key instead.
+            let borrowed = (roll >= 0.65)
+                .then(|| {
+                    let keys = shared.lock().ok()?;
+                    let key = keys.get(pick % keys.len().max(1))?;
+                    (!mine.contains(key)).then(|| key.clone())
+                })
+                .flatten();
+            let key = borrowed.unwrap_or_else(|| {
+                n += 1;
+                let key = format!("chaos-{seed:x}-{}-{n}", me.index);
+                if let Ok(mut keys) = shared.lock() {
+                    keys.push(key.clone());
+                }
+                key
+            });
             let lines = rng.random_range(1..=2usize).min(products.len());
             let first = rng.random_range(0..products.len());
             let items: Vec<Value> = (0..lines)
@@ -317,7 +385,8 @@ async fn customer(
                     })
                 })
                 .collect();
-            let body = json!({"customer_id": key, "items": items});
+            let body = json!({"items": items});
+            mine.insert(key.clone());
             earlier.push((key.clone(), body.clone()));
             (key, body, Intent::Fresh)
         } else if roll < 0.9 {
@@ -330,7 +399,7 @@ async fn customer(
             }
             (key, body, Intent::Reuse)
         };
-        let answer = client.post_json("/api/orders", &body, Some(&key)).await;
+        let answer = me.client.post_json("/api/orders", &body, Some(&key)).await;
         // A failing edge answers in microseconds; back off a little, as a
         // real client would, so a fault does not flood the history.
         let pause = if answer.status.is_none_or(|s| s >= 500) {
@@ -339,7 +408,8 @@ async fn customer(
             rng.random_range(0..20)
         };
         history.record(Op {
-            client: index,
+            client: me.index,
+            customer: me.name.clone(),
             key,
             intent,
             body,

@@ -1,5 +1,8 @@
 //! [`Client`]: what a customer does, with every answer kept whole
 //! ([`Answer`]) so tests can check status, headers, body and latency.
+//! A client is usually signed in ([`Client::signed_in`]): every request
+//! carries `Authorization: Bearer <token>` of its customer, as a browser
+//! after `POST /api/session` would.
 //! (`/metrics` pages are read with `shopeasy_testkit::Metrics`, polls are
 //! `shopeasy_testkit::eventually`, as in every crate's tests.)
 
@@ -68,11 +71,23 @@ impl Answer {
 }
 
 /// An HTTP client of the gateway (or a service) that never panics and
-/// gives up after its own timeout.
-#[derive(Debug, Clone)]
+/// gives up after its own timeout; signed in, it sends its customer's
+/// bearer token with every request.
+#[derive(Clone)]
 pub struct Client {
     http: reqwest::Client,
     base: String,
+    token: Option<String>,
+}
+
+impl std::fmt::Debug for Client {
+    // The token is a credential: never in a log line or a panic message.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base)
+            .field("signed_in", &self.token.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Client {
@@ -89,13 +104,46 @@ impl Client {
         Self {
             http,
             base: base.into(),
+            token: None,
         }
+    }
+
+    /// A client of `base` as [`Client::new`], signed in as `customer` with
+    /// a token of the suite's signing key ([`crate::identity::token`]).
+    pub fn signed_in(base: impl Into<String>, timeout: Duration, customer: &str) -> Self {
+        Self::new(base, timeout).with_token(crate::identity::token(customer))
+    }
+
+    /// The same client sending `token` (a JWT) as its bearer token.
+    #[must_use]
+    pub fn with_token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// The same client without a token (an anonymous caller).
+    #[must_use]
+    pub fn anonymous(mut self) -> Self {
+        self.token = None;
+        self
     }
 
     /// `GET path`.
     pub async fn get(&self, path: &str) -> Answer {
-        self.send(self.http.get(format!("{}{path}", self.base)))
-            .await
+        self.get_with(path, &[]).await
+    }
+
+    /// `GET path` with `headers` added (an `Authorization` among them
+    /// replaces the client's own token).
+    pub async fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Answer {
+        let request = self.http.get(format!("{}{path}", self.base));
+        self.send(self.headers(request, headers)).await
+    }
+
+    /// `POST path` without a body (`/api/orders/{id}/cancel`).
+    pub async fn post(&self, path: &str) -> Answer {
+        let request = self.http.post(format!("{}{path}", self.base));
+        self.send(self.headers(request, &[])).await
     }
 
     /// `POST path` with a JSON body and an optional `Idempotency-Key`.
@@ -104,7 +152,8 @@ impl Client {
     }
 
     /// `POST path` as [`Client::post_json`] does, with `headers` added
-    /// (a caller's `shopeasy-deadline-ms`, for example).
+    /// (a caller's `shopeasy-deadline-ms`, for example; an `Authorization`
+    /// among them replaces the client's own token).
     pub async fn post_json_with(
         &self,
         path: &str,
@@ -120,10 +169,26 @@ impl Client {
         if let Some(key) = key {
             request = request.header("idempotency-key", key);
         }
+        self.send(self.headers(request, headers)).await
+    }
+
+    /// Adds `headers`, and the client's bearer token unless `headers`
+    /// carry an `Authorization` of their own (a test sending a bad token).
+    fn headers(
+        &self,
+        mut request: reqwest::RequestBuilder,
+        headers: &[(&str, &str)],
+    ) -> reqwest::RequestBuilder {
+        let own = headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("authorization"));
+        if let Some(token) = self.token.as_deref().filter(|_| !own) {
+            request = request.bearer_auth(token);
+        }
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
-        self.send(request).await
+        request
     }
 
     async fn send(&self, request: reqwest::RequestBuilder) -> Answer {

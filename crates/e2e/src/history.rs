@@ -1,5 +1,6 @@
 //! The recorded history of a run: every `POST /api/orders` a client made
-//! and what came back, classified as FAULTS.md does (`ok`, `fail`, `info`).
+//! (as which customer, with which key) and what came back, classified as
+//! FAULTS.md does (`ok`, `fail`, `info`).
 
 use std::sync::{Arc, Mutex};
 
@@ -10,7 +11,8 @@ use crate::client::Answer;
 /// Why a client sent a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Intent {
-    /// A fresh idempotency key.
+    /// A fresh idempotency key (fresh for this customer: it may be
+    /// another customer's key, which must not matter).
     Fresh,
     /// An earlier key again, with the same body.
     Retry,
@@ -35,6 +37,9 @@ pub enum Outcome {
 pub struct Op {
     /// Which client sent it.
     pub client: usize,
+    /// The customer it was signed in as (its token's `sub`): the order
+    /// service scopes the key to it.
+    pub customer: String,
     /// The `Idempotency-Key`.
     pub key: String,
     /// Why it was sent.

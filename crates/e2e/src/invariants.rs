@@ -2,11 +2,18 @@
 //! inventory databases directly and compares them with the recorded
 //! [`History`]. Each violation is one line naming its invariant.
 //!
-//! Requests carry `customer_id` = their idempotency key, so an order can be
-//! traced back to its key without trusting the order service's own
-//! bookkeeping. Where the order service's documented choice differs from
-//! FAULTS.md's letter — an out-of-stock found by Inventory leaves a
-//! `rejected` order — C3 accepts a `rejected` order for a 409 key.
+//! Requests are signed in as several customers (issue 15), and an
+//! idempotency key is its customer's: the same key of two customers is two
+//! keys. An order is traced back to its (customer, key) through the order
+//! database's `idempotency_keys` rows, which the order service writes in
+//! the transaction that creates the order — and the checker does not take
+//! their word for it: every order must be named by exactly one key row of
+//! its own customer (an order no row names is the second order of some
+//! key, or a phantom), every `ok` answer must name its key's order, and no
+//! key row may exist for a (customer, key) no client sent. Where the order
+//! service's documented choice differs from FAULTS.md's letter — an
+//! out-of-stock found by Inventory leaves a `rejected` order — C3 accepts
+//! a `rejected` order for a 409 key.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -19,6 +26,9 @@ use crate::history::{History, Intent, Op, Outcome};
 pub struct Snapshot {
     /// `id → (customer_id, status)`.
     pub orders: BTreeMap<String, (String, String)>,
+    /// `(customer_id, idempotency key) → order id`: the order service's
+    /// own record of which order each key made.
+    pub keys: BTreeMap<(String, String), String>,
     /// `order id → product id → quantity`.
     pub order_lines: BTreeMap<String, BTreeMap<String, i64>>,
     /// Rows left in the outbox.
@@ -44,6 +54,16 @@ impl Snapshot {
         {
             s.orders
                 .insert(row.try_get(0)?, (row.try_get(1)?, row.try_get(2)?));
+        }
+        for row in sqlx::query(
+            "SELECT customer_id, idempotency_key, order_id FROM idempotency_keys \
+             WHERE order_id IS NOT NULL",
+        )
+        .fetch_all(order_db)
+        .await?
+        {
+            s.keys
+                .insert((row.try_get(0)?, row.try_get(1)?), row.try_get(2)?);
         }
         for row in sqlx::query("SELECT order_id, product_id, quantity FROM order_lines")
             .fetch_all(order_db)
@@ -86,6 +106,13 @@ impl Snapshot {
                 .or_default() += quantity;
         }
         Ok(s)
+    }
+
+    /// Leaves out the orders (and their keys) of `customer`: the runs'
+    /// warm-up orders, which are not in the history.
+    pub fn without_customer(&mut self, customer: &str) {
+        self.orders.retain(|_, (c, _)| c != customer);
+        self.keys.retain(|(c, _), _| c != customer);
     }
 
     /// Orders still `pending`.
@@ -150,36 +177,57 @@ pub fn check(
 ) -> Vec<String> {
     let ops = history.ops();
     let mut v = Vec::new();
-    let mut by_key: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
+    let mut by_key: BTreeMap<(&str, &str), Vec<&Op>> = BTreeMap::new();
     for op in &ops {
-        by_key.entry(op.key.as_str()).or_default().push(op);
-    }
-    let mut orders_of: HashMap<&str, Vec<(&String, &String)>> = HashMap::new();
-    for (id, (customer, status)) in &snapshot.orders {
-        orders_of
-            .entry(customer.as_str())
+        by_key
+            .entry((op.customer.as_str(), op.key.as_str()))
             .or_default()
-            .push((id, status));
+            .push(op);
+    }
+    let mut keys_of_order: HashMap<&str, Vec<&(String, String)>> = HashMap::new();
+    for (scoped, id) in &snapshot.keys {
+        keys_of_order.entry(id.as_str()).or_default().push(scoped);
     }
 
-    // C1: one order per key.
-    for (customer, orders) in &orders_of {
-        if orders.len() > 1 {
-            v.push(format!(
-                "C1 key {customer}: {} orders {orders:?}",
-                orders.len()
-            ));
+    // C1: one order per key — every order is named by exactly one key row,
+    // of its own customer.
+    for (id, (customer, status)) in &snapshot.orders {
+        match keys_of_order.get(id.as_str()).map(Vec::as_slice) {
+            None | Some([]) => v.push(format!(
+                "C1 order {id} of {customer} ({status}) is named by no idempotency key: \
+                 a second order of some key, or a phantom"
+            )),
+            Some([(owner, key)]) => {
+                if owner != customer {
+                    v.push(format!(
+                        "C1 order {id} of {customer} is named by key {key} of {owner}"
+                    ));
+                }
+            }
+            Some(several) => v.push(format!(
+                "C1 order {id} of {customer} is named by several keys {several:?}"
+            )),
         }
     }
-    for (key, ops) in &by_key {
-        let orders = orders_of.get(key).cloned().unwrap_or_default();
+    for ((customer, key), ops) in &by_key {
+        let scoped = ((*customer).to_owned(), (*key).to_owned());
+        let stored = snapshot.keys.get(&scoped);
+        let status = stored
+            .and_then(|id| snapshot.orders.get(id))
+            .map(|(_, s)| s.as_str());
+        if let (Some(id), None) = (stored, status) {
+            v.push(format!(
+                "C2 key {key} of {customer}: names order {id}, which is not stored"
+            ));
+        }
         let oks: Vec<&&Op> = ops.iter().filter(|o| o.outcome() == Outcome::Ok).collect();
-        // C2: every ok answer's order exists, same id (and one per key).
+        // C2: every ok answer's order exists, and is its key's order.
         for op in &oks {
             let id = op.order_id();
-            if !orders.iter().any(|(o, _)| Some(*o) == id.as_ref()) {
+            if id.is_none() || id.as_ref() != stored || status.is_none() {
                 v.push(format!(
-                    "C2 key {key}: answered {:?} with order {id:?}, which is not stored",
+                    "C2 key {key} of {customer}: answered {:?} with order {id:?}, \
+                     the key's stored order is {stored:?} ({status:?})",
                     op.answer.status
                 ));
             }
@@ -187,7 +235,7 @@ pub fn check(
         let ids: BTreeSet<Option<String>> = oks.iter().map(|o| o.order_id()).collect();
         if ids.len() > 1 {
             v.push(format!(
-                "C1 key {key}: ok answers name different orders {ids:?}"
+                "C1 key {key} of {customer}: ok answers name different orders {ids:?}"
             ));
         }
         // C3: only definite failures (ignoring 422 reuses, which are about
@@ -198,14 +246,13 @@ pub fn check(
             .collect();
         let definite =
             !relevant.is_empty() && relevant.iter().all(|o| o.outcome() == Outcome::Fail);
-        if definite {
-            for (id, status) in &orders {
-                if status.as_str() != "rejected" {
-                    v.push(format!(
-                        "C3 key {key}: only definite failures, yet order {id} is {status}"
-                    ));
-                }
-            }
+        if definite
+            && let (Some(id), Some(status)) = (stored, status)
+            && status != "rejected"
+        {
+            v.push(format!(
+                "C3 key {key} of {customer}: only definite failures, yet order {id} is {status}"
+            ));
         }
         // C9: replays are byte-equal to the first answer of that status.
         let mut first: HashMap<u16, &Vec<u8>> = HashMap::new();
@@ -223,12 +270,13 @@ pub fn check(
                 Some(body) => {
                     if !op.answer.replayed() {
                         v.push(format!(
-                            "C9 key {key}: a second {status} without Idempotent-Replayed: true"
+                            "C9 key {key} of {customer}: a second {status} without \
+                             Idempotent-Replayed: true"
                         ));
                     }
                     if **body != op.answer.body {
                         v.push(format!(
-                            "C9 key {key}: replayed body differs from the first {status}"
+                            "C9 key {key} of {customer}: replayed body differs from the first {status}"
                         ));
                     }
                 }
@@ -240,16 +288,19 @@ pub fn check(
         for op in ops.iter().filter(|o| o.intent == Intent::Reuse) {
             if key_has_order && op.outcome() == Outcome::Ok {
                 v.push(format!(
-                    "C1 key {key}: reused with another body and got {:?}",
+                    "C1 key {key} of {customer}: reused with another body and got {:?}",
                     op.answer.status
                 ));
             }
         }
     }
-    // Orders whose key no client ever used (phantoms).
-    for (customer, orders) in &orders_of {
-        if !by_key.contains_key(customer) {
-            v.push(format!("C3 order(s) {orders:?} of unknown key {customer}"));
+    // Keys (and so orders) no client ever sent as that customer: phantoms,
+    // or a key that leaked from one customer to another.
+    for ((customer, key), id) in &snapshot.keys {
+        if !by_key.contains_key(&(customer.as_str(), key.as_str())) {
+            v.push(format!(
+                "C3 order {id} under key {key} of {customer}, which that customer never sent"
+            ));
         }
     }
 
@@ -316,4 +367,119 @@ pub fn check(
         }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::client::Answer;
+
+    const PRODUCT: &str = "p-1";
+
+    fn op(customer: &str, key: &str, status: u16, id: &str) -> Op {
+        let body = json!({"id": id}).to_string().into_bytes();
+        Op {
+            client: 0,
+            customer: customer.to_owned(),
+            key: key.to_owned(),
+            intent: Intent::Fresh,
+            body: json!({"items": [{"product_id": PRODUCT, "quantity": 1}]}),
+            answer: Answer {
+                status: Some(status),
+                headers: Vec::new(),
+                body,
+                elapsed: Duration::ZERO,
+                error: None,
+            },
+        }
+    }
+
+    /// A consistent world: `orders` are (id, customer, key), each
+    /// confirmed with one unit reserved, out of an initial stock of 10.
+    fn world(orders: &[(&str, &str, &str)]) -> (Snapshot, BTreeMap<String, i64>) {
+        let mut s = Snapshot::default();
+        for (id, customer, key) in orders {
+            s.orders.insert(
+                (*id).to_owned(),
+                ((*customer).to_owned(), "confirmed".to_owned()),
+            );
+            s.keys.insert(
+                ((*customer).to_owned(), (*key).to_owned()),
+                (*id).to_owned(),
+            );
+            let line = BTreeMap::from([(PRODUCT.to_owned(), 1)]);
+            s.order_lines.insert((*id).to_owned(), line.clone());
+            s.reservations
+                .insert((*id).to_owned(), "reserved".to_owned());
+            s.reservation_lines.insert((*id).to_owned(), line);
+        }
+        let held = i64::try_from(orders.len()).unwrap_or(0);
+        s.available.insert(PRODUCT.to_owned(), 10 - held);
+        (s, BTreeMap::from([(PRODUCT.to_owned(), 10)]))
+    }
+
+    fn history(ops: Vec<Op>) -> History {
+        let h = History::default();
+        for op in ops {
+            h.record(op);
+        }
+        h
+    }
+
+    fn violations(h: &History, s: &Snapshot, initial: &BTreeMap<String, i64>) -> String {
+        check(h, s, initial).join("\n")
+    }
+
+    #[test]
+    fn one_key_of_two_customers_is_two_keys() {
+        let h = history(vec![op("alice", "k", 201, "o1"), op("bob", "k", 201, "o2")]);
+        let (s, initial) = world(&[("o1", "alice", "k"), ("o2", "bob", "k")]);
+        assert_eq!(violations(&h, &s, &initial), "");
+    }
+
+    #[test]
+    fn an_order_no_key_names_is_a_second_order() {
+        let h = history(vec![op("alice", "k", 201, "o1")]);
+        let (mut s, initial) = world(&[("o1", "alice", "k"), ("o2", "alice", "k2")]);
+        // The takeover's order: its key row was overwritten by the first.
+        s.keys.remove(&("alice".to_owned(), "k2".to_owned()));
+        let found = violations(&h, &s, &initial);
+        assert!(
+            found.contains("C1 order o2 of alice") && found.contains("no idempotency key"),
+            "{found}"
+        );
+    }
+
+    #[test]
+    fn an_answer_naming_another_order_and_a_foreign_key_are_caught() {
+        let h = history(vec![op("alice", "k", 201, "o9")]);
+        let (s, initial) = world(&[("o1", "alice", "k")]);
+        let found = violations(&h, &s, &initial);
+        assert!(found.contains("C2 key k of alice"), "{found}");
+
+        // Bob's order filed under alice's key: a leak across customers.
+        let h = history(vec![op("alice", "k", 201, "o1")]);
+        let (mut s, initial) = world(&[("o1", "alice", "k")]);
+        s.orders.get_mut("o1").unwrap().0 = "bob".to_owned();
+        let found = violations(&h, &s, &initial);
+        assert!(
+            found.contains("C1 order o1 of bob is named by key k of alice"),
+            "{found}"
+        );
+    }
+
+    #[test]
+    fn a_key_no_client_sent_as_that_customer_is_a_phantom() {
+        let h = history(vec![op("alice", "k", 201, "o1")]);
+        let (s, initial) = world(&[("o1", "alice", "k"), ("o2", "bob", "k")]);
+        let found = violations(&h, &s, &initial);
+        assert!(
+            found.contains("C3 order o2 under key k of bob, which that customer never sent"),
+            "{found}"
+        );
+    }
 }

@@ -13,7 +13,10 @@
 //!   proxy on every edge, storage edges included; kill and respawn a
 //!   service; read the databases.
 //! - [`client`]: a customer's HTTP client keeping each [`Answer`] whole
-//!   (`/metrics` pages and bounded polls come from `shopeasy-testkit`).
+//!   (`/metrics` pages and bounded polls come from `shopeasy-testkit`),
+//!   signed in with a bearer token of its customer.
+//! - [`identity`]: the cluster's signing key and the tokens its clients
+//!   carry (the services trust its public key: `auth.public_key_pem`).
 //! - [`history`]: the recorded requests of a run and their FAULTS.md class.
 //! - [`invariants`]: the C1–C9 checker over the databases and the history.
 //! - [`chaos`]: the seeded fault schedule and the concurrent customers.
@@ -29,6 +32,7 @@ pub mod chaos;
 pub mod client;
 pub mod cluster;
 pub mod history;
+pub mod identity;
 pub mod invariants;
 pub mod listen;
 pub mod pgwire;

@@ -54,6 +54,10 @@ async fn chaos_run(seconds: u64, edges: &[(&'static str, u64)]) {
         "seed {seed}: too few orders succeeded: {:?}",
         report.statuses
     );
+    assert!(
+        report.shared_keys() > 0,
+        "seed {seed}: no key was sent by two customers"
+    );
     cluster.stop().await;
 }
 

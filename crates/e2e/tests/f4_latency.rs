@@ -121,7 +121,7 @@ async fn f4_order_postgres_latency_adds_per_round_trip() {
         let p = f.seed(&format!("F4-PG-{i}"), 50).await;
         items.push(serde_json::json!({"product_id": p, "quantity": 1}));
     }
-    let body = serde_json::json!({"customer_id": "e2e", "items": items});
+    let body = serde_json::json!({"items": items});
     let placed = f
         .gateway
         .post_json("/api/orders", &body, Some(&key()))

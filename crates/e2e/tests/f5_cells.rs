@@ -55,7 +55,8 @@ async fn post_order_raw(
     stream.set_nodelay(true).unwrap();
     let mut head = format!(
         "POST /api/orders HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n",
+         Authorization: Bearer {}\r\nContent-Length: {}\r\n",
+        shopeasy_e2e::identity::token(support::CUSTOMER),
         body.len()
     );
     if let Some(k) = idempotency_key {

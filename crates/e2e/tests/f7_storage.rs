@@ -32,14 +32,15 @@ use tokio::time::Instant;
 /// L: the acquire timeout (0.5 s) + 100 ms, with slack for two loaded cores.
 const ACQUIRE_BOUND: Duration = Duration::from_millis(900);
 
-/// An order whose `customer_id` is its key, so the order rows of a key can
-/// be counted (C1).
+/// An order placed by a customer named after its key (the token's `sub`
+/// is the key), so the order rows of a key can be counted (C1).
 async fn order(f: &Fixture, product: &str, quantity: i64, key: &str) -> Answer {
-    let body = json!({
-        "customer_id": key,
-        "items": [{"product_id": product, "quantity": quantity}],
-    });
-    f.gateway.post_json("/api/orders", &body, Some(key)).await
+    let body = json!({"items": [{"product_id": product, "quantity": quantity}]});
+    f.gateway
+        .clone()
+        .with_token(f.cluster.token(key))
+        .post_json("/api/orders", &body, Some(key))
+        .await
 }
 
 /// Order rows placed with `key`.

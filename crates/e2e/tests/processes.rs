@@ -43,7 +43,7 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use shopeasy_e2e::{Answer, Client, Options};
+use shopeasy_e2e::{Answer, Client, Options, identity::token};
 use shopeasy_proto::inventory::v1::{
     SetStockRequest, inventory_service_client::InventoryServiceClient,
 };
@@ -440,7 +440,7 @@ impl System {
                 Some(&order_db),
             ),
             gateway: proc("shopeasy-gateway", render(&o.gateway), gw_admin, None),
-            client: Client::new(format!("http://{gw}"), Duration::from_secs(10)),
+            client: Client::signed_in(format!("http://{gw}"), Duration::from_secs(10), "e2e"),
             gateway_url: format!("http://{gw}"),
             product_url: format!("http://{prod}"),
             inventory_url: format!("http://{inv}"),
@@ -503,11 +503,15 @@ impl System {
     }
 
     /// `POST /api/orders` through the gateway, one unit of `product`, with
-    /// `key` as both idempotency key and customer id (so an order can be
-    /// traced back to its key in the database).
+    /// `key` as both idempotency key and customer (the token's `sub`, so
+    /// an order can be traced back to its key in the database).
     async fn order(&self, product: &str, key: &str) -> Answer {
-        let body = json!({"customer_id": key, "items": [{"product_id": product, "quantity": 1}]});
-        self.client.post_json("/api/orders", &body, Some(key)).await
+        let body = json!({"items": [{"product_id": product, "quantity": 1}]});
+        self.client
+            .clone()
+            .with_token(token(key))
+            .post_json("/api/orders", &body, Some(key))
+            .await
     }
 
     /// Attempts the gateway made to the order service so far.
@@ -525,7 +529,8 @@ impl System {
         )
     }
 
-    /// `customer_id` (= idempotency key) → `[(order id, status)]`.
+    /// `customer_id` (= the token's `sub` = idempotency key) → `[(order
+    /// id, status)]`.
     async fn orders_by_key(&self) -> BTreeMap<String, Vec<(String, String)>> {
         let rows: Vec<(String, String, String)> =
             sqlx::query_as("SELECT customer_id, id, status FROM orders")
@@ -803,8 +808,9 @@ async fn sigkill_order_mid_load_and_respawn_loses_and_duplicates_nothing() {
             let mut log: BTreeMap<String, KeyLog> = BTreeMap::new();
             while !stop.is_cancelled() {
                 let k = key();
-                let body =
-                    json!({"customer_id": k, "items": [{"product_id": product, "quantity": 1}]});
+                // The key is its customer too (see `System::order`).
+                let client = client.clone().with_token(token(&k));
+                let body = json!({"items": [{"product_id": product, "quantity": 1}]});
                 let started = Instant::now();
                 let entry = log.entry(k.clone()).or_default();
                 // The same key until a definite answer; 20 s at most.

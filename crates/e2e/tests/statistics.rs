@@ -56,10 +56,12 @@ async fn product_down(f: &Fixture) -> (Stub, Client) {
         .redirect("order-product", stub.addr())
         .await
         .unwrap();
+    // The order service verifies the token itself.
     let order = Client::new(
         format!("http://{}", f.cluster.addresses.order),
         Duration::from_secs(10),
-    );
+    )
+    .with_token(f.cluster.token(support::CUSTOMER));
     (stub, order)
 }
 

@@ -14,6 +14,15 @@
 //! | `GET`/`POST`/`PATCH`/`DELETE /proxies/{proxy}/toxics/{toxic}` | 200 / 200 / 200 / 204 |
 //! | `POST /reset` | 204 |
 //! | `GET /version` | 200 `{"version": "..."}` |
+//! | `GET /proxies/{proxy}/windows[?since=ms]` | 200 `[window]` (ours, not Toxiproxy's); 404 |
+//! | `GET /windows[?since=ms]` | 200 `[window]`, every proxy's (ours) |
+//!
+//! A window ([`crate::ToxicWindow`]) is one toxic from added to removed
+//! (or updated), or one disabled period: `{proxy, id, toxic, type, stream,
+//! toxicity, attributes, started_unix_ms, ended_unix_ms, ...}`, with
+//! `ended_unix_ms` `null` while open. `since` keeps the windows open at any
+//! moment at or after it (Unix ms). The header [`WINDOWS_DROPPED`] says
+//! how many old windows the bounded history dropped.
 //!
 //! Unlike Toxiproxy, the API refuses what a web page could send it
 //! (`crate::guard`): a `Host` that is not loopback or a foreign `Origin`
@@ -27,8 +36,8 @@ use std::{collections::BTreeMap, io, time::Duration};
 use axum::{
     Json, Router,
     body::Bytes,
-    extract::{FromRef, Path, State},
-    http::StatusCode,
+    extract::{FromRef, Path, Query, State, rejection::QueryRejection},
+    http::{HeaderName, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     routing::{get, post},
 };
@@ -37,7 +46,9 @@ use shopeasy_runtime::problem::Problem;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Error, Proxies, ProxyConfig, ProxyUpdate, ProxyView, Toxic, guard::Guard};
+use crate::{
+    Error, Proxies, ProxyConfig, ProxyUpdate, ProxyView, Toxic, WindowHistory, guard::Guard,
+};
 
 /// The Toxiproxy version whose API this one follows (reported by
 /// `GET /version`, with our own version as build metadata).
@@ -45,6 +56,11 @@ pub const TOXIPROXY_API_VERSION: &str = "2.12.0";
 
 /// The API's usual port (Toxiproxy's default).
 pub const DEFAULT_PORT: u16 = 8474;
+
+/// Response header of the window routes: how many closed windows the
+/// bounded history dropped (summed over proxies for `GET /windows`), so a
+/// test can tell that its run's windows are all there.
+pub const WINDOWS_DROPPED: HeaderName = HeaderName::from_static("x-windows-dropped");
 
 /// What every handler can reach: the proxies, and the guard that decides
 /// which listen addresses they may be given.
@@ -102,6 +118,8 @@ pub fn router_with(proxies: Proxies, guard: Guard) -> Router {
                 .patch(update_toxic)
                 .delete(delete_toxic),
         )
+        .route("/proxies/{proxy}/windows", get(proxy_windows))
+        .route("/windows", get(all_windows))
         .fallback(|| async { Problem::no_route() })
         .layer(axum::middleware::from_fn_with_state(
             guard,
@@ -263,6 +281,52 @@ async fn delete_toxic(
     Ok(StatusCode::NO_CONTENT)
 }
 
+async fn proxy_windows(
+    State(proxies): State<Proxies>,
+    Path(name): Path<String>,
+    query: Result<Query<BTreeMap<String, String>>, QueryRejection>,
+) -> ApiResult<Response> {
+    let since = since(query)?;
+    Ok(windows_response(proxies.windows(&name, since)?))
+}
+
+async fn all_windows(
+    State(proxies): State<Proxies>,
+    query: Result<Query<BTreeMap<String, String>>, QueryRejection>,
+) -> ApiResult<Response> {
+    let since = since(query)?;
+    Ok(windows_response(proxies.all_windows(since)))
+}
+
+/// The optional `since` (Unix ms) of a window route; any other parameter
+/// is refused rather than ignored, so a typo does not widen the answer.
+fn since(query: Result<Query<BTreeMap<String, String>>, QueryRejection>) -> ApiResult<Option<u64>> {
+    let Query(params) = query.map_err(|e| Error::BadQuery(e.body_text()))?;
+    if let Some(unknown) = params.keys().find(|k| k.as_str() != "since") {
+        return Err(Error::BadQuery(format!(
+            "unknown parameter {unknown:?}; the only one is since=<unix ms>"
+        )));
+    }
+    params
+        .get("since")
+        .map(|v| {
+            v.parse::<u64>().map_err(|_| {
+                Error::BadQuery(format!(
+                    "since={v:?} is not a time in Unix milliseconds (a whole number)"
+                ))
+            })
+        })
+        .transpose()
+}
+
+fn windows_response(history: WindowHistory) -> Response {
+    let mut response = Json(history.windows).into_response();
+    response
+        .headers_mut()
+        .insert(WINDOWS_DROPPED, HeaderValue::from(history.dropped));
+    response
+}
+
 /// Parses a JSON body (its content type checked by `crate::guard`).
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
     serde_json::from_slice(body).map_err(|e| Error::BadBody(e.to_string()))
@@ -281,7 +345,8 @@ impl IntoResponse for Error {
             Self::InvalidStream
             | Self::InvalidToxicType(_)
             | Self::MissingField(_)
-            | Self::BadBody(_) => (StatusCode::BAD_REQUEST, "bad-request"),
+            | Self::BadBody(_)
+            | Self::BadQuery(_) => (StatusCode::BAD_REQUEST, "bad-request"),
             Self::ListenNotAllowed(_) => (StatusCode::BAD_REQUEST, "listen-not-allowed"),
         };
         let message = self.to_string();

@@ -39,6 +39,12 @@ pub struct Cli {
     /// answers to, such as a compose service name; repeatable.
     #[arg(long, env = "FAULTS_ALLOW_HOST", value_delimiter = ',')]
     pub allow_host: Vec<String>,
+    /// An OTLP/gRPC collector (for example `http://jaeger:4317`) to send
+    /// traces to, as every service does; each fault window is a
+    /// `toxic_window` span, so a trace viewer shows the faults beside the
+    /// attempts they caused. Empty: no traces are sent.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", default_value = "")]
+    pub otlp_endpoint: String,
 }
 
 impl Cli {
@@ -64,7 +70,11 @@ pub fn run(cli: &Cli) -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let _telemetry = match telemetry::init("shopeasy-faults", &LogSettings::default(), "") {
+        let _telemetry = match telemetry::init(
+            "shopeasy-faults",
+            &LogSettings::default(),
+            &cli.otlp_endpoint,
+        ) {
             Ok(guard) => guard,
             Err(e) => {
                 eprintln!("shopeasy-faults: telemetry: {e:#}");

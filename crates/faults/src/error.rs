@@ -30,6 +30,10 @@ pub enum Error {
     /// The request body is not the JSON expected, or a value is out of range.
     #[error("bad request body: {0}")]
     BadBody(String),
+    /// A query parameter is unknown or not the value expected (for example
+    /// `since` not a number of Unix milliseconds).
+    #[error("bad query: {0}")]
+    BadQuery(String),
     /// A proxy created or moved through the HTTP API may listen on
     /// loopback only (or an address allowed with `--allow-listen`), so a
     /// request cannot open a port on the machine's other interfaces.

@@ -19,7 +19,12 @@
 //!   toxic set, so toxics apply to connections already open (gRPC and pooled
 //!   HTTP keep theirs for minutes).
 //! - [`registry`]: [`Proxies`], the named set a process runs.
-//! - [`api`]: the Toxiproxy 2.x HTTP API over a [`Proxies`].
+//! - [`windows`]: each proxy's bounded history of fault windows (a toxic
+//!   added … removed, a proxy disabled … enabled), also a `toxic_window`
+//!   tracing span each, so retries can be correlated with the faults that
+//!   caused them.
+//! - [`api`]: the Toxiproxy 2.x HTTP API over a [`Proxies`], plus the
+//!   windows (`GET /windows`).
 //! - [`Error`]: the one error type, mapped onto HTTP in [`api`].
 //!
 //! Choices where Toxiproxy leaves room (or where we differ):
@@ -56,8 +61,10 @@ mod link;
 pub mod proxy;
 pub mod registry;
 pub mod toxic;
+pub mod windows;
 
 pub use error::Error;
 pub use proxy::{FaultProxy, ProxyConfig, ProxyView};
 pub use registry::{Proxies, ProxyUpdate};
 pub use toxic::{Stream, Toxic, ToxicKind};
+pub use windows::{ToxicWindow, WindowEnd, WindowHistory};

@@ -15,7 +15,10 @@ use serde::{Deserialize, Serialize};
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::{Error, Toxic, link};
+use crate::{
+    Error, Toxic, link,
+    windows::{Closed, WindowEnd, WindowHistory, WindowLog},
+};
 
 /// The toxics of a proxy, in the order they were added, as every open
 /// connection sees them.
@@ -141,6 +144,8 @@ struct Shared {
     /// Actual state: whether the listener is bound, set by the accept loop.
     listening: watch::Sender<bool>,
     toxics: watch::Sender<ToxicSet>,
+    /// When each toxic and disabled period began and ended.
+    windows: Arc<WindowLog>,
     next_toxic_id: AtomicU64,
     accepted: AtomicU64,
     open: Arc<AtomicUsize>,
@@ -170,6 +175,18 @@ impl FaultProxy {
     /// [`Error::MissingField`] for an empty name or upstream,
     /// [`Error::Listen`] when the listen address cannot be bound.
     pub async fn start_with(config: ProxyConfig) -> Result<Self, Error> {
+        let windows = Arc::new(WindowLog::new(&config.name));
+        Self::start_in(config, windows).await
+    }
+
+    /// [`FaultProxy::start_with`], recording into `windows`: the history of
+    /// a name, continued by the proxy that bears it now. A disabled window
+    /// left open by its predecessor stays open if this one starts disabled,
+    /// and closes if it starts enabled.
+    pub(crate) async fn start_in(
+        config: ProxyConfig,
+        windows: Arc<WindowLog>,
+    ) -> Result<Self, Error> {
         if config.name.is_empty() {
             return Err(Error::MissingField("name"));
         }
@@ -196,6 +213,7 @@ impl FaultProxy {
             enabled: watch::Sender::new(config.enabled),
             listening: watch::Sender::new(true),
             toxics: watch::Sender::new(Arc::new(Vec::new())),
+            windows: windows.clone(),
             next_toxic_id: AtomicU64::new(1),
             accepted: AtomicU64::new(0),
             open: Arc::new(AtomicUsize::new(0)),
@@ -203,6 +221,7 @@ impl FaultProxy {
             stop: stop.clone(),
             accept_loop: Mutex::new(None),
         });
+        drop(windows.enabled_changed(config.enabled, WindowEnd::Enabled));
         let task = tokio::spawn(accept_loop(shared.clone(), listener));
         if let Ok(mut slot) = shared.accept_loop.lock() {
             *slot = Some(task);
@@ -252,8 +271,23 @@ impl FaultProxy {
     /// Enables it, or disables it (`down`): a disabled proxy closes its
     /// listener, so new connections are refused, and closes every open
     /// connection. Returns once the listener is closed or bound again.
+    ///
+    /// A disabled period is a fault window of type
+    /// [`crate::windows::DISABLED`] ([`FaultProxy::windows`]).
     pub async fn set_enabled(&self, enabled: bool) {
-        self.shared.enabled.send_replace(enabled);
+        self.set_enabled_for(enabled, WindowEnd::Enabled).await;
+    }
+
+    /// [`FaultProxy::set_enabled`], closing a disabled window for `end`.
+    async fn set_enabled_for(&self, enabled: bool, end: WindowEnd) {
+        let mut closed = Closed::default();
+        self.shared.enabled.send_modify(|current| {
+            if *current != enabled {
+                closed = self.shared.windows.enabled_changed(enabled, end);
+            }
+            *current = enabled;
+        });
+        drop(closed);
         let mut listening = self.shared.listening.subscribe();
         let stopped = self.shared.stop.cancelled();
         tokio::select! {
@@ -296,7 +330,8 @@ impl FaultProxy {
             .map(|e| e.toxic.clone())
     }
 
-    /// Adds a toxic; it applies to open connections at once.
+    /// Adds a toxic; it applies to open connections at once, and its fault
+    /// window opens ([`FaultProxy::windows`]).
     ///
     /// # Errors
     /// [`Error::ToxicExists`] when the proxy has a toxic of that name.
@@ -314,21 +349,23 @@ impl FaultProxy {
                 toxic: toxic.clone(),
             });
             *set = Arc::new(next);
+            // Recorded under the set's lock, so the history's order is the
+            // order the changes took effect in.
+            self.shared.windows.toxic_added(&toxic);
             true
         });
-        if result.is_ok() {
-            tracing::info!(proxy = self.name(), toxic = %toxic.name, kind = ?toxic.kind, stream = %toxic.stream, toxicity = toxic.toxicity, "toxic added");
-        }
         result
     }
 
-    /// Replaces the toxic of the same name (keeping its place in the order).
+    /// Replaces the toxic of the same name (keeping its place in the
+    /// order); its fault window closes and one with the new values opens.
     ///
     /// # Errors
     /// [`Error::ToxicNotFound`].
     pub fn update_toxic(&self, toxic: Toxic) -> Result<(), Error> {
         let id = self.next_id();
         let mut found = false;
+        let mut closed = Closed::default();
         self.shared.toxics.send_if_modified(|set| {
             let next: Vec<ToxicEntry> = set
                 .iter()
@@ -346,22 +383,25 @@ impl FaultProxy {
                 .collect();
             if found {
                 *set = Arc::new(next);
+                closed = self.shared.windows.toxic_updated(&toxic);
             }
             found
         });
+        drop(closed);
         if found {
-            tracing::info!(proxy = self.name(), toxic = %toxic.name, kind = ?toxic.kind, toxicity = toxic.toxicity, "toxic updated");
             Ok(())
         } else {
             Err(Error::ToxicNotFound)
         }
     }
 
-    /// Removes the toxic named `name`; open connections heal at once.
+    /// Removes the toxic named `name`; open connections heal at once, and
+    /// its fault window closes.
     ///
     /// # Errors
     /// [`Error::ToxicNotFound`].
     pub fn remove_toxic(&self, name: &str) -> Result<(), Error> {
+        let mut closed = Closed::default();
         let removed = self.shared.toxics.send_if_modified(|set| {
             if !set.iter().any(|e| e.toxic.name == name) {
                 return false;
@@ -372,25 +412,71 @@ impl FaultProxy {
                 .map(ToxicEntry::clone)
                 .collect();
             *set = Arc::new(next);
+            closed = self.shared.windows.toxic_removed(name, WindowEnd::Removed);
             true
         });
+        drop(closed);
         if removed {
-            tracing::info!(proxy = self.name(), toxic = name, "toxic removed");
             Ok(())
         } else {
             Err(Error::ToxicNotFound)
         }
     }
 
-    /// Removes every toxic.
+    /// Removes every toxic, closing their fault windows.
     pub fn remove_all_toxics(&self) {
+        self.remove_all_toxics_for(WindowEnd::Removed);
+    }
+
+    fn remove_all_toxics_for(&self, end: WindowEnd) {
+        let mut closed = Closed::default();
         self.shared.toxics.send_if_modified(|set| {
             if set.is_empty() {
                 return false;
             }
             *set = Arc::new(Vec::new());
+            closed = self.shared.windows.all_toxics_removed(end);
             true
         });
+        drop(closed);
+    }
+
+    /// Toxiproxy's reset of one proxy: every toxic removed, enabled; the
+    /// windows this ends close as `reset`.
+    pub(crate) async fn reset(&self) {
+        self.remove_all_toxics_for(WindowEnd::Reset);
+        self.set_enabled_for(true, WindowEnd::Reset).await;
+    }
+
+    /// Puts back the toxics of the proxy this one restarted, whose windows
+    /// are still open in the shared history: nothing is recorded.
+    pub(crate) fn restore_toxics(&self, toxics: Vec<Toxic>) {
+        let entries: Vec<ToxicEntry> = toxics
+            .into_iter()
+            .map(|toxic| ToxicEntry {
+                id: self.next_id(),
+                toxic,
+            })
+            .collect();
+        self.shared.toxics.send_replace(Arc::new(entries));
+    }
+
+    /// Its fault windows: when each toxic was added and removed (or
+    /// updated), and when it was disabled, oldest first; the last
+    /// [`crate::windows::DEFAULT_CAPACITY`] closed ones and every open one.
+    pub fn windows(&self) -> WindowHistory {
+        self.shared.windows.history(None)
+    }
+
+    /// Its fault windows open at any moment at or after `since_unix_ms`.
+    pub fn windows_since(&self, since_unix_ms: u64) -> WindowHistory {
+        self.shared.windows.history(Some(since_unix_ms))
+    }
+
+    /// The history it records into (shared with its successors under the
+    /// same name in a [`crate::Proxies`] set).
+    pub(crate) fn window_log(&self) -> Arc<WindowLog> {
+        self.shared.windows.clone()
     }
 
     /// Its Toxiproxy JSON view.
@@ -404,9 +490,15 @@ impl FaultProxy {
         }
     }
 
-    /// Stops it: closes the listener and every connection; returns once the
-    /// listener is closed.
+    /// Stops it: closes the listener and every connection, and its open
+    /// fault windows (`stopped`); returns once the listener is closed.
     pub async fn stop(&self) {
+        self.stop_keeping_windows().await;
+        drop(self.shared.windows.stopped());
+    }
+
+    /// Stops it, leaving its windows open for the proxy that restarts it.
+    pub(crate) async fn stop_keeping_windows(&self) {
         self.shared.stop.cancel();
         let task = self
             .shared

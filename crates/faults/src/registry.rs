@@ -6,7 +6,11 @@ use std::{collections::BTreeMap, sync::Arc};
 use serde::Deserialize;
 use tokio::sync::Mutex;
 
-use crate::{Error, FaultProxy, ProxyConfig, proxy::seed_for};
+use crate::{
+    Error, FaultProxy, ProxyConfig,
+    proxy::seed_for,
+    windows::{WindowHistory, WindowLog},
+};
 
 /// A change to a proxy (Toxiproxy's proxy update JSON; absent = unchanged).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -26,9 +30,16 @@ pub struct ProxyUpdate {
 ///
 /// Each proxy without an explicit seed gets one derived from this set's
 /// seed and its name, so a run is repeatable from one number.
+///
+/// The set keeps each name's fault window history
+/// ([`Proxies::windows`]) beyond the proxy: a proxy restarted, replaced,
+/// or removed and created again continues the history of its name, so a
+/// test that rebuilds an edge still sees every window of that edge.
 #[derive(Debug, Clone, Default)]
 pub struct Proxies {
     by_name: Arc<Mutex<BTreeMap<String, FaultProxy>>>,
+    /// Every name's history, including names with no proxy now.
+    logs: Arc<std::sync::Mutex<BTreeMap<String, Arc<WindowLog>>>>,
     seed: u64,
 }
 
@@ -42,6 +53,7 @@ impl Proxies {
     pub fn with_seed(seed: u64) -> Self {
         Self {
             by_name: Arc::default(),
+            logs: Arc::default(),
             seed,
         }
     }
@@ -55,7 +67,8 @@ impl Proxies {
         if by_name.contains_key(&config.name) {
             return Err(Error::ProxyExists);
         }
-        let proxy = FaultProxy::start_with(self.seeded(config)).await?;
+        let log = self.log(&config.name);
+        let proxy = FaultProxy::start_in(self.seeded(config), log).await?;
         by_name.insert(proxy.name().to_owned(), proxy.clone());
         Ok(proxy)
     }
@@ -94,7 +107,8 @@ impl Proxies {
     }
 
     /// Applies `update` to the proxy named `name`. A new listen address or
-    /// upstream restarts it (as Toxiproxy does), keeping its toxics.
+    /// upstream restarts it (as Toxiproxy does), keeping its toxics and
+    /// their open fault windows (the faults go on across the restart).
     ///
     /// # Errors
     /// [`Error::ProxyNotFound`], or what [`FaultProxy::start_with`] returns.
@@ -109,7 +123,8 @@ impl Proxies {
             proxy.set_enabled(enabled).await;
             return Ok(proxy);
         }
-        proxy.stop().await;
+        let log = proxy.window_log();
+        proxy.stop_keeping_windows().await;
         let config = ProxyConfig {
             name: name.to_owned(),
             listen,
@@ -117,16 +132,15 @@ impl Proxies {
             enabled,
             seed: Some(proxy.seed()),
         };
-        let restarted = match FaultProxy::start_with(config).await {
+        let restarted = match FaultProxy::start_in(config, log.clone()).await {
             Ok(p) => p,
             Err(e) => {
                 by_name.remove(name);
+                drop(log.stopped());
                 return Err(e);
             }
         };
-        for toxic in current.toxics {
-            restarted.add_toxic(toxic)?;
-        }
+        restarted.restore_toxics(current.toxics);
         by_name.insert(name.to_owned(), restarted.clone());
         Ok(restarted)
     }
@@ -163,19 +177,61 @@ impl Proxies {
                 by_name.remove(&config.name);
                 existing.stop().await;
             }
-            let proxy = FaultProxy::start_with(self.seeded(config)).await?;
+            let log = self.log(&config.name);
+            let proxy = FaultProxy::start_in(self.seeded(config), log).await?;
             by_name.insert(proxy.name().to_owned(), proxy.clone());
             result.push(proxy);
         }
         Ok(result)
     }
 
-    /// Enables every proxy and removes every toxic (Toxiproxy's `/reset`).
+    /// Enables every proxy and removes every toxic (Toxiproxy's `/reset`);
+    /// the fault windows this ends close as `reset`.
     pub async fn reset(&self) {
         for proxy in self.list().await {
-            proxy.remove_all_toxics();
-            proxy.set_enabled(true).await;
+            proxy.reset().await;
         }
+    }
+
+    /// The fault window history of the proxy named `name` (see
+    /// [`crate::windows`]), also after it was removed; with
+    /// `since_unix_ms`, only the windows open at or after it.
+    ///
+    /// # Errors
+    /// [`Error::ProxyNotFound`] when no proxy of this set ever had the name.
+    pub fn windows(&self, name: &str, since_unix_ms: Option<u64>) -> Result<WindowHistory, Error> {
+        let log = self.logs().get(name).cloned().ok_or(Error::ProxyNotFound)?;
+        Ok(log.history(since_unix_ms))
+    }
+
+    /// The fault windows of every proxy the set ever had, ordered by
+    /// opening time (then proxy name); `dropped` is the total over all.
+    pub fn all_windows(&self, since_unix_ms: Option<u64>) -> WindowHistory {
+        let logs: Vec<Arc<WindowLog>> = self.logs().values().cloned().collect();
+        let mut all = WindowHistory::default();
+        for log in logs {
+            let history = log.history(since_unix_ms);
+            all.windows.extend(history.windows);
+            all.dropped += history.dropped;
+        }
+        all.windows.sort_by(|a, b| {
+            (a.started_monotonic_us, &a.proxy, a.id).cmp(&(b.started_monotonic_us, &b.proxy, b.id))
+        });
+        all
+    }
+
+    /// The history of `name`, created on first use.
+    fn log(&self, name: &str) -> Arc<WindowLog> {
+        self.logs()
+            .entry(name.to_owned())
+            .or_insert_with(|| Arc::new(WindowLog::new(name)))
+            .clone()
+    }
+
+    fn logs(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<WindowLog>>> {
+        self.logs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Stops and removes every proxy.

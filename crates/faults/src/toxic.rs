@@ -147,7 +147,7 @@ impl ToxicKind {
     }
 
     /// The attributes as a JSON object.
-    fn attributes(&self) -> Map<String, Value> {
+    pub(crate) fn attributes(&self) -> Map<String, Value> {
         match serde_json::to_value(self) {
             Ok(Value::Object(mut map)) => match map.remove("attributes") {
                 Some(Value::Object(attributes)) => attributes,

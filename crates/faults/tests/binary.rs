@@ -183,3 +183,96 @@ async fn allow_listen_widens_the_loopback_rule_to_the_named_address_only() {
     assert_eq!(create(base.clone(), "0.0.0.0:0").await, 201);
     assert_eq!(create(base, "[::]:0").await, 400);
 }
+
+/// The standalone binary records fault windows like the embedded launcher
+/// (`GET /windows`), and with `--otlp-endpoint` sends each one to the
+/// collector as a `toxic_window` span. The collector here is a bare
+/// HTTP/2 listener: the span's name and edge are plain strings inside the
+/// OTLP protobuf, so reading the bytes the exporter sends is enough.
+#[tokio::test]
+async fn the_binary_serves_its_windows_and_exports_them_as_spans() {
+    let collector = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", collector.local_addr().unwrap());
+    let received = tokio::spawn(async move {
+        let (mut socket, _) = collector.accept().await.unwrap();
+        // An empty SETTINGS frame, then an ACK of the client's.
+        socket
+            .write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 4, 1, 0, 0, 0, 0])
+            .await
+            .unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 16 * 1024];
+        while !(contains(&seen, b"toxic_window") && contains(&seen, b"order-inventory")) {
+            match socket.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        seen
+    });
+
+    let port = free_port().await;
+    let _child = Command::new(BIN)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--otlp-endpoint", &endpoint])
+        .env("OTEL_BSP_SCHEDULE_DELAY", "50")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reqwest::get(format!("{base}/version")).await.is_err() {
+        assert!(Instant::now() < deadline, "the API never came up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let http = reqwest::Client::new();
+    let created = http
+        .post(format!("{base}/proxies"))
+        .json(&serde_json::json!({"name": "order-inventory", "upstream": "127.0.0.1:1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let added = http
+        .post(format!("{base}/proxies/order-inventory/toxics"))
+        .json(&serde_json::json!({"name": "hang", "type": "timeout"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(added.status(), 200);
+    let removed = http
+        .delete(format!("{base}/proxies/order-inventory/toxics/hang"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(removed.status(), 204);
+
+    let windows: serde_json::Value = http
+        .get(format!("{base}/windows"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(windows.as_array().unwrap().len(), 1, "{windows}");
+    assert_eq!(windows[0]["proxy"], "order-inventory");
+    assert_eq!(windows[0]["ended_by"], "removed");
+
+    // The span is exported once it has ended (the window closed).
+    let seen = tokio::time::timeout(Duration::from_secs(15), received)
+        .await
+        .expect("the collector got the window's span in time")
+        .unwrap();
+    assert!(
+        contains(&seen, b"toxic_window") && contains(&seen, b"order-inventory"),
+        "the export carries the span and its edge ({} bytes)",
+        seen.len()
+    );
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}

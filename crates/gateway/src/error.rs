@@ -7,7 +7,7 @@ use http::{HeaderValue, StatusCode};
 use shopeasy_resilience::admission::{Outcome, Refusal};
 use shopeasy_runtime::problem::Problem;
 
-use crate::ratelimit::Verdict;
+use crate::{auth::AuthFailure, ratelimit::Verdict};
 
 /// The name the gateway gives itself in `Proxy-Status`.
 pub(crate) const PROXY_NAME: &str = "shopeasy-gateway";
@@ -67,6 +67,16 @@ pub(crate) enum ProxyError {
     /// A method outside RFC 9110's set (never forwarded, never a label).
     #[error("the method is not one of RFC 9110's")]
     MethodNotAllowed,
+    /// A method the route does not serve (sign-in takes only `POST`).
+    #[error("this route accepts only {allow}")]
+    WrongMethod {
+        /// The `Allow` field: the one method the route serves.
+        allow: &'static str,
+    },
+    /// The route needs a customer and the bearer token is missing or bad
+    /// (401), or the keys to check it cannot be had (503).
+    #[error("{0}")]
+    Unauthenticated(AuthFailure),
     /// The client's whole body took longer than the body deadline.
     #[error("the request body took longer than {0} ms in all")]
     BodyTimeout(u64),
@@ -107,7 +117,8 @@ impl ProxyError {
             E::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             E::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             E::ClientStalled | E::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            E::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            E::MethodNotAllowed | E::WrongMethod { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            E::Unauthenticated(a) => a.error().status(),
             E::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             E::Overloaded { .. } | E::UpstreamBusy(_) | E::Shed(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -134,7 +145,11 @@ impl ProxyError {
             | E::ClientStalled
             | E::BodyTimeout(_)
             | E::ClientBody => "http_request_error",
-            E::MethodNotAllowed | E::RateLimited(_) => "http_request_denied",
+            E::MethodNotAllowed | E::WrongMethod { .. } | E::RateLimited(_) => {
+                "http_request_denied"
+            }
+            E::Unauthenticated(a) if a.is_unavailable() => "proxy_internal_error",
+            E::Unauthenticated(_) => "http_request_denied",
             // The gateway's own limit on what it sends the next hop.
             E::Overloaded { .. } | E::UpstreamBusy(_) | E::Shed(_) => "connection_limit_reached",
             E::ConnectTimeout => "connection_timeout",
@@ -156,7 +171,9 @@ impl ProxyError {
             E::HeadersTooLarge(_) | E::BodyTooLarge(_) => "too_large",
             E::ClientStalled => "client_timeout",
             E::BodyTimeout(_) => "client_body_timeout",
-            E::MethodNotAllowed => "method_not_allowed",
+            E::MethodNotAllowed | E::WrongMethod { .. } => "method_not_allowed",
+            E::Unauthenticated(a) if a.is_unavailable() => "identity_unavailable",
+            E::Unauthenticated(_) => "unauthenticated",
             E::RateLimited(_) => "rate_limited",
             E::Overloaded { .. } => "overloaded",
             E::UpstreamBusy(_) => "upstream_busy",
@@ -208,6 +225,10 @@ impl ProxyError {
                 "Method not allowed",
                 "the gateway forwards only RFC 9110's methods",
             ),
+            E::WrongMethod { .. } => {
+                Problem::new(status, "method-not-allowed", "Method not allowed", detail)
+            }
+            E::Unauthenticated(a) => a.error().problem(),
             E::RateLimited(v) => Problem::new(status, "rate-limited", "Too many requests", detail)
                 .retry_after(u64::from(v.retry_after)),
             E::Overloaded { .. } | E::UpstreamBusy(_) => {
@@ -228,8 +249,17 @@ impl ProxyError {
 
 impl IntoResponse for ProxyError {
     fn into_response(self) -> axum::response::Response {
-        let mut response = self.problem().into_response();
+        // A credential failure is the identity crate's own answer, with its
+        // RFC 6750 challenge; everything else is the problem below.
+        let mut response = match self {
+            Self::Unauthenticated(a) => a.error().to_response(),
+            _ => self.problem().into_response(),
+        };
         let value = match self {
+            Self::Unauthenticated(a) if a.is_unavailable() => format!(
+                "{PROXY_NAME}; error={}; details=\"identity provider keys unavailable\"",
+                self.proxy_status()
+            ),
             Self::Overloaded { route, .. } => format!(
                 "{PROXY_NAME}; error={}; details=\"{route} route in-flight cap\"",
                 self.proxy_status()
@@ -257,6 +287,11 @@ impl IntoResponse for ProxyError {
                 response
                     .headers_mut()
                     .insert(http::header::ALLOW, HeaderValue::from_static(ALLOWED));
+            }
+            Self::WrongMethod { allow } => {
+                response
+                    .headers_mut()
+                    .insert(http::header::ALLOW, HeaderValue::from_static(allow));
             }
             _ => {}
         }
@@ -292,6 +327,37 @@ mod tests {
             r.headers()["proxy-status"],
             "shopeasy-gateway; error=connection_refused"
         );
+    }
+
+    #[test]
+    fn a_bad_token_is_the_identity_crates_401_with_its_challenge() {
+        use shopeasy_identity::AuthError;
+        let r = ProxyError::Unauthenticated(AuthError::Missing.into()).into_response();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            r.headers()[http::header::WWW_AUTHENTICATE],
+            "Bearer realm=\"shopeasy\""
+        );
+        assert_eq!(
+            r.headers()["proxy-status"],
+            "shopeasy-gateway; error=http_request_denied"
+        );
+        let e = ProxyError::Unauthenticated(AuthError::Expired.into());
+        assert_eq!(e.outcome(), "unauthenticated");
+        let r = e.into_response();
+        assert!(
+            r.headers()[http::header::WWW_AUTHENTICATE]
+                .to_str()
+                .unwrap()
+                .contains("error=\"invalid_token\""),
+            "{r:?}"
+        );
+        let e = ProxyError::Unauthenticated(AuthError::KeysUnavailable.into());
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(e.outcome(), "identity_unavailable");
+        let r = ProxyError::WrongMethod { allow: "POST" }.into_response();
+        assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(r.headers()[http::header::ALLOW], "POST");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The ShopEasy gateway: the one public entrance, a reverse proxy that
-//! routes `/api/products*` to the product service and `/api/orders*` to the
-//! order service (SPEC §6), and never hangs its callers.
+//! routes `/api/products*` to the product service, `/api/orders*` to the
+//! order service (SPEC §6) once the caller's bearer token is verified
+//! (SPEC §11), and `POST /api/session` to the identity issuer when one is
+//! configured — and never hangs its callers.
 //!
 //! What other crates use is re-exported here and nothing more: [`App`] (the
 //! service, bound and run by `shopeasy_runtime::lifecycle`) and its
@@ -20,13 +22,17 @@
 //!   the retry decision every ShopEasy client makes), `activity` cuts off
 //!   silence in either direction, `upstream` is the pooled client with its
 //!   connect timeout, connection lifetime and per-origin connection cap,
-//!   `ratelimit` is the per-client token bucket table.
+//!   `ratelimit` is the per-client (address or customer) token bucket
+//!   table; `auth` carries a failed token check through the phases (the
+//!   check itself is `shopeasy_identity::Verifier`'s, the one the order
+//!   service runs too).
 //! - `error::ProxyError` is every way the gateway itself answers; its
 //!   `IntoResponse` is the one place those become problem+json responses
 //!   with a `Proxy-Status` header.
 //! - `observe` names the metrics; [`settings`] is the configuration.
 
 mod activity;
+mod auth;
 mod error;
 mod framing;
 mod headers;
@@ -64,12 +70,16 @@ impl Service for App {
     type Settings = GatewaySettings;
     const NAME: &'static str = NAME;
 
-    /// Builds the proxy and reports its breakers and budgets.
+    /// Builds the proxy and its token verifier, and reports its breakers
+    /// and budgets. The verifier's keys are fetched in the background: a
+    /// provider that is down at start-up is a warning, not a failure (the
+    /// first token fetches again), so the gateway still serves products.
     ///
     /// # Errors
-    /// When a route URL is invalid.
+    /// When a route URL or the `auth` settings are invalid.
     async fn build(settings: GatewaySettings, admin: &Admin) -> anyhow::Result<Self> {
         let proxy = proxy::Proxy::new(&settings)?;
+        proxy.warm_up();
         let registry = Registry::new();
         proxy.register(&registry);
         admin.report("resilience", move || registry.snapshot());

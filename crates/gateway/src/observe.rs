@@ -87,6 +87,15 @@ pub(crate) enum RetryOutcome {
 }
 
 impl RetryOutcome {
+    /// Every outcome, in label order.
+    pub(crate) const ALL: [RetryOutcome; 5] = [
+        Self::Retried,
+        Self::SuccessAfterRetry,
+        Self::Refused(Refusal::AttemptsExhausted),
+        Self::Refused(Refusal::DeadlineExhausted),
+        Self::Refused(Refusal::BudgetExhausted),
+    ];
+
     /// The label value. The gateway's metric keeps the names dashboards
     /// and SPEC §9 know (`exhausted`, `deadline`), which predate the
     /// downstream vocabulary (`attempts_exhausted`, `deadline_exhausted`)
@@ -102,9 +111,21 @@ impl RetryOutcome {
     }
 }
 
+const RETRIES_TOTAL: &str = "shopeasy_gateway_retries_total";
+
 /// Counts a retry decision.
 pub(crate) fn retry(outcome: RetryOutcome) {
-    metrics::counter!("shopeasy_gateway_retries_total", "outcome" => outcome.as_str()).increment(1);
+    metrics::counter!(RETRIES_TOTAL, "outcome" => outcome.as_str()).increment(1);
+}
+
+/// Registers every `shopeasy_gateway_retries_total` outcome at 0, so a
+/// gateway that has not retried yet shows 0 retries, not no data. Called
+/// when a route's retry policy is built (at start-up, after the recorder is
+/// installed); calling it again changes nothing.
+pub(crate) fn register_retries() {
+    for outcome in RetryOutcome::ALL {
+        metrics::counter!(RETRIES_TOTAL, "outcome" => outcome.as_str()).increment(0);
+    }
 }
 
 /// Records one attempt to a service, up to its response headers.
@@ -133,8 +154,12 @@ pub(crate) struct RouteMetrics {
 }
 
 impl RouteMetrics {
-    /// Empty handles for `route`.
+    /// Empty handles for `route`. Its attempt histogram of `response` is
+    /// registered now (rendered with zero observations), so the route has
+    /// a `shopeasy_downstream_request_duration_seconds` series before its
+    /// first request; the handles themselves are still taken on first use.
     pub(crate) fn new(route: &'static str) -> Self {
+        let _ = metrics::histogram!(ATTEMPT_DURATION, "target" => route, "outcome" => RESPONSE);
         Self {
             route,
             forwarded: (100..600).map(|_| OnceLock::new()).collect(),
@@ -187,14 +212,7 @@ mod tests {
 
     #[test]
     fn retry_outcomes_keep_the_gateways_label_names() {
-        let labels = [
-            RetryOutcome::Retried,
-            RetryOutcome::SuccessAfterRetry,
-            RetryOutcome::Refused(Refusal::AttemptsExhausted),
-            RetryOutcome::Refused(Refusal::DeadlineExhausted),
-            RetryOutcome::Refused(Refusal::BudgetExhausted),
-        ]
-        .map(RetryOutcome::as_str);
+        let labels = RetryOutcome::ALL.map(RetryOutcome::as_str);
         assert_eq!(
             labels,
             [

@@ -4,8 +4,12 @@
 //! [`Shared::forward`] reads as its phases, one small function each:
 //!
 //! 1. **admit** ([`Shared::admit`]) — checks before anything is sent:
-//!    framing and route (in `handle`), the method (RFC 9110's set only),
-//!    header and body caps, the client's rate limit (429), the route's
+//!    framing and route (in `handle`), the method (RFC 9110's set only, and
+//!    the route's own if it serves one), header and body caps, then
+//!    **authentication** on a route that needs a customer (the bearer
+//!    token verified; 401 without contacting the service), the client's
+//!    rate limit (429; by customer once authenticated, with a placement
+//!    budget of its own), the route's
 //!    in-flight cap (503), whose slot the exchange holds until its response
 //!    body ends, and the listener's admission control
 //!    (`shopeasy_resilience::admission`, 503 `overloaded`: an adaptive
@@ -65,7 +69,7 @@ use crate::{
     observe::{self, RouteMetrics},
     ratelimit::{ClientKey, RateLimiter, Verdict},
     retry::{Replay, Retries, RetryPolicy},
-    routes::{NoRoute, RouteTable},
+    routes::{Access, NoRoute, Route, RouteTable},
     server::ClientConnection,
     settings::GatewaySettings,
     upstream::{self, Origin, Pooled, UpstreamBody, UpstreamError},
@@ -91,8 +95,12 @@ struct Shared {
     max_header_bytes: u64,
     max_body_bytes: u64,
     max_buffered_body_bytes: u64,
-    /// Per-client token buckets.
+    /// Per-client token buckets (by address, or by customer).
     limiter: RateLimiter,
+    /// Per-customer placement buckets (`POST /api/orders`).
+    placements: RateLimiter,
+    /// Checks the bearer token of routes that need a customer.
+    verifier: shopeasy_identity::Verifier,
     /// The public listener's admission control, set once when serving
     /// starts (the lifecycle lends it to `serve`, after `build`); unset when
     /// `admission.enabled` is false.
@@ -103,9 +111,12 @@ impl Proxy {
     /// Builds the proxy and its connection pool from validated settings.
     ///
     /// # Errors
-    /// When a route URL cannot be parsed.
+    /// When a route URL cannot be parsed, or the `auth` settings give no
+    /// usable verifier (validation rejects those first).
     pub(crate) fn new(settings: &GatewaySettings) -> anyhow::Result<Self> {
         let routes = RouteTable::new(&settings.routes)?;
+        let verifier = shopeasy_identity::Verifier::from_settings(&settings.auth)
+            .map_err(|e| anyhow::anyhow!("auth: {e}"))?;
         let g = &settings.resilience.gateway;
         let l = &settings.limits;
         let backoff = Backoff::new(g.retry_backoff_seconds.get(), MAX_BACKOFF, Jitter::Full);
@@ -127,6 +138,8 @@ impl Proxy {
             let budget = RetryBudget::new(settings.resilience.budget());
             lanes.push(Lane {
                 name: route.name,
+                route: route.clone(),
+                only: route.only.clone(),
                 policy: RetryPolicy::new(g.get_retries, backoff, budget),
                 metrics: Arc::new(RouteMetrics::new(route.name)),
                 origin,
@@ -150,6 +163,12 @@ impl Proxy {
                     l.client_burst,
                     l.max_tracked_clients,
                 ),
+                placements: RateLimiter::per_minute(
+                    l.customer_orders_per_minute,
+                    l.customer_order_burst,
+                    l.max_tracked_clients,
+                ),
+                verifier,
                 admission: OnceLock::new(),
             }),
         })
@@ -161,6 +180,18 @@ impl Proxy {
         if let Some(admission) = admission {
             let _ = self.shared.admission.set(admission);
         }
+    }
+
+    /// Fetches the verifier's keys in the background (a JWKS; a fixed key
+    /// needs nothing), so the first order request does not wait for them;
+    /// a failure is logged and the first token fetches again.
+    pub(crate) fn warm_up(&self) {
+        let verifier = self.shared.verifier.clone();
+        tokio::spawn(async move {
+            if let Err(e) = verifier.warm_up().await {
+                tracing::warn!(error = %e, "could not fetch the token signing keys at start-up");
+            }
+        });
     }
 
     /// Registers each route's retry budget for `/admin/resilience`.
@@ -190,6 +221,10 @@ impl Proxy {
 #[derive(Debug)]
 struct Lane {
     name: &'static str,
+    /// Its entry in the route table: who may call it, and how.
+    route: Route,
+    /// The one method it serves, if only one.
+    only: Option<http::Method>,
     /// The route's retry policy and budget.
     policy: RetryPolicy,
     /// Pre-registered metric handles.
@@ -208,6 +243,8 @@ struct Admitted {
     slot: OwnedSemaphorePermit,
     /// The client's rate limit after this request, for its `RateLimit`.
     rate: Verdict,
+    /// The customer's placement limit, for a placement.
+    placement: Option<Verdict>,
     /// The admission slot, completed when response headers arrive.
     permit: Option<Permit>,
 }
@@ -307,17 +344,31 @@ impl Shared {
             started,
         );
         let headers = response.headers_mut();
-        headers.insert(RATELIMIT_POLICY, self.limiter.policy().clone());
-        headers.insert(RATELIMIT, admitted.rate.header());
+        match admitted.placement {
+            None => {
+                headers.insert(RATELIMIT_POLICY, self.limiter.policy().clone());
+                headers.insert(RATELIMIT, admitted.rate.header());
+            }
+            placement => {
+                let (policy, current) = admitted.rate.fields(placement);
+                headers.insert(RATELIMIT_POLICY, policy);
+                headers.insert(RATELIMIT, current);
+            }
+        }
         Ok(response)
     }
 
-    /// Phase 1: the method, the header and body caps, then the client's
-    /// rate limit, the route's in-flight cap and the listener's admission
-    /// (refusals that cost nothing downstream; the cheap local ones first,
-    /// so they never take a place in the admission queue). Says whether
-    /// the request has a body (HTTP/1.1: without `Content-Length` or
-    /// `Transfer-Encoding` it has none).
+    /// Phase 1: the method, the header and body caps, the caller's token
+    /// where the route needs a customer, then the client's rate limit, the
+    /// route's in-flight cap and the listener's admission (refusals that
+    /// cost nothing downstream; the cheap local ones first, so they never
+    /// take a place in the admission queue). Says whether the request has a
+    /// body (HTTP/1.1: without `Content-Length` or `Transfer-Encoding` it
+    /// has none).
+    ///
+    /// Authentication comes before the rate limit so that a signed-in
+    /// customer's budget is theirs wherever they connect from, and a
+    /// placement takes from the customer's own placement bucket too.
     async fn admit(
         &self,
         lane: &Lane,
@@ -328,6 +379,13 @@ impl Shared {
         if !observe::is_standard_method(&parts.method) {
             return Err(ProxyError::MethodNotAllowed);
         }
+        if let Some(only) = &lane.only
+            && parts.method != *only
+        {
+            return Err(ProxyError::WrongMethod {
+                allow: observe::method_label(only),
+            });
+        }
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         headers::check_request(&parts.headers, target.len(), self.max_header_bytes)?;
         let declared = headers::content_length(&parts.headers)?;
@@ -336,10 +394,26 @@ impl Shared {
         }
         let has_body = declared.is_some_and(|n| n > 0)
             || parts.headers.contains_key(header::TRANSFER_ENCODING);
+        let (client, placing) = match lane.route.access_for(&parts.method, parts.uri.path()) {
+            Access::Anonymous => (client, false),
+            Access::Customer => (
+                self.authenticate(client, &parts.headers).await?,
+                parts.method == http::Method::POST && parts.uri.path() == "/api/orders",
+            ),
+        };
         let rate = self.limiter.check(client);
         if !rate.allowed {
             return Err(ProxyError::RateLimited(rate));
         }
+        let placement = if placing {
+            let verdict = self.placements.check(client);
+            if !verdict.allowed {
+                return Err(ProxyError::RateLimited(verdict));
+            }
+            Some(verdict)
+        } else {
+            None
+        };
         let slot =
             lane.in_flight
                 .clone()
@@ -361,8 +435,35 @@ impl Shared {
             has_body,
             slot,
             rate,
+            placement,
             permit,
         })
+    }
+
+    /// The authentication step of phase 1: the bearer token verified (the
+    /// same checks the order service makes again), and the rate-limit key
+    /// of its customer. The `Authorization` header itself is left in place
+    /// and forwarded unchanged.
+    ///
+    /// A refused token is charged to `address`'s (the connection's) bucket,
+    /// so that trying forged or guessed tokens is rate-limited like any
+    /// anonymous traffic: over it, the answer is the 429 instead of the 401.
+    async fn authenticate(
+        &self,
+        address: ClientKey,
+        headers: &http::HeaderMap,
+    ) -> Result<ClientKey, ProxyError> {
+        match self.verifier.authenticate(headers).await {
+            Ok(claims) => Ok(ClientKey::of_customer(claims.customer_id())),
+            Err(error) => {
+                tracing::debug!(%error, "bearer token refused");
+                let rate = self.limiter.check(address);
+                if !rate.allowed {
+                    return Err(ProxyError::RateLimited(rate));
+                }
+                Err(ProxyError::Unauthenticated(error.into()))
+            }
+        }
     }
 
     /// Phase 3: the body every attempt sends, as `replay` says.

@@ -13,6 +13,20 @@
 //! tracked at all) are dropped, then the idlest quarter — so every insert
 //! costs amortised O(1) and the table never exceeds `max_clients`.
 //!
+//! **Keys.** Anonymous traffic is keyed by the client's address; a request
+//! whose bearer token the gateway verified (`/api/orders*`) by its customer
+//! (`sub`), so customers behind one NAT do not share a budget and one
+//! customer gains nothing by changing address. The customer is kept as a
+//! 64-bit keyed hash of `sub` (SipHash with a per-process random key), so a
+//! key is the same few bytes whatever a token's `sub` holds, and nobody can
+//! pick a `sub` that collides with another customer's key.
+//!
+//! **Policies.** There are two limiters, each with its own table and
+//! policy name: `default` (every request, by address or customer) and
+//! `orders` (a customer's placements, `limits.customer_orders_per_minute`
+//! with a burst of `limits.customer_order_burst`). A placement takes from
+//! both; a 429 names the policy that refused.
+//!
 //! The bucket holds `burst` tokens and refills `rate` per second; a request
 //! takes one. The draft's quota policy describes it as `q` = `burst` units
 //! per `w` = the seconds an empty bucket takes to refill, and `RateLimit`
@@ -20,24 +34,32 @@
 
 use std::{
     collections::HashMap,
+    hash::{BuildHasher, RandomState},
     net::IpAddr,
-    sync::{Mutex, PoisonError},
+    sync::{LazyLock, Mutex, PoisonError},
 };
 
 use http::HeaderValue;
 use tokio::time::Instant;
 
-/// The name of the gateway's one quota policy in the headers.
-const POLICY: &str = "default";
+/// The name of the per-client policy in the headers.
+pub(crate) const DEFAULT_POLICY: &str = "default";
+/// The name of the per-customer placement policy.
+pub(crate) const ORDERS_POLICY: &str = "orders";
 
-/// Who a rate limit is kept for. Today the client's address (an IPv6
-/// client by its /64, the smallest block one subscriber usually gets, so
-/// one host cannot hop addresses to dodge the limit); once requests carry
-/// an identity, a `Customer` variant keys by it instead.
+/// The key of the customer hash, drawn once per process.
+static CUSTOMER_HASH: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+
+/// Who a rate limit is kept for: the client's address (an IPv6 client by
+/// its /64, the smallest block one subscriber usually gets, so one host
+/// cannot hop addresses to dodge the limit), or a verified customer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum ClientKey {
     /// A client known only by its network address.
     Address(IpAddr),
+    /// A customer whose token was verified: the keyed hash of its `sub`
+    /// (bounded in size whatever the token says).
+    Customer(u64),
 }
 
 impl ClientKey {
@@ -53,6 +75,11 @@ impl ClientKey {
                 }
             },
         }
+    }
+
+    /// The key of the verified customer `sub`.
+    pub(crate) fn of_customer(sub: &str) -> Self {
+        Self::Customer(CUSTOMER_HASH.hash_one(sub))
     }
 }
 
@@ -71,25 +98,51 @@ pub(crate) struct Verdict {
     /// `RateLimit-Policy`.
     pub(crate) quota: u32,
     pub(crate) window: u32,
+    /// The policy's name ([`DEFAULT_POLICY`] or [`ORDERS_POLICY`]).
+    pub(crate) name: &'static str,
 }
 
 impl Verdict {
     /// The `RateLimit` field: `"default";r=42;t=1`.
     pub(crate) fn header(self) -> HeaderValue {
-        let value = format!("\"{POLICY}\";r={};t={}", self.remaining, self.reset);
-        HeaderValue::from_str(&value).unwrap_or_else(|_| HeaderValue::from_static(""))
+        field(&self.item())
+    }
+
+    /// This verdict as one item of a `RateLimit` list.
+    fn item(self) -> String {
+        format!("\"{}\";r={};t={}", self.name, self.remaining, self.reset)
     }
 
     /// The `RateLimit-Policy` field it was measured against.
     pub(crate) fn policy(self) -> HeaderValue {
-        policy(self.quota, self.window)
+        field(&policy_item(self.name, self.quota, self.window))
+    }
+
+    /// `RateLimit-Policy` and `RateLimit` for a request that passed
+    /// `self` and then `also` (a placement: the client's policy and the
+    /// customer's placement policy), as the draft's lists.
+    pub(crate) fn fields(self, also: Option<Self>) -> (HeaderValue, HeaderValue) {
+        match also {
+            None => (self.policy(), self.header()),
+            Some(o) => (
+                field(&format!(
+                    "{}, {}",
+                    policy_item(self.name, self.quota, self.window),
+                    policy_item(o.name, o.quota, o.window)
+                )),
+                field(&format!("{}, {}", self.item(), o.item())),
+            ),
+        }
     }
 }
 
 /// `"default";q=2000;w=2`.
-fn policy(quota: u32, window: u32) -> HeaderValue {
-    let value = format!("\"{POLICY}\";q={quota};w={window}");
-    HeaderValue::from_str(&value).unwrap_or_else(|_| HeaderValue::from_static(""))
+fn policy_item(name: &str, quota: u32, window: u32) -> String {
+    format!("\"{name}\";q={quota};w={window}")
+}
+
+fn field(value: &str) -> HeaderValue {
+    HeaderValue::from_str(value).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -101,6 +154,7 @@ struct Bucket {
 /// The bucket table, bounded by `max_clients`.
 #[derive(Debug)]
 pub(crate) struct RateLimiter {
+    name: &'static str,
     rate: f64,
     burst: f64,
     max_clients: usize,
@@ -114,20 +168,31 @@ pub(crate) struct RateLimiter {
 }
 
 impl RateLimiter {
-    /// `rate` tokens per second into buckets of `burst`, for at most
-    /// `max_clients` clients at once.
+    /// The `default` policy: `rate` tokens per second into buckets of
+    /// `burst` (at least `rate`), for at most `max_clients` clients at once.
     pub(crate) fn new(rate: u32, burst: u32, max_clients: u32) -> Self {
         let quota = burst.max(rate).max(1);
-        let rate = f64::from(rate.max(1));
+        Self::with(DEFAULT_POLICY, f64::from(rate.max(1)), quota, max_clients)
+    }
+
+    /// The `orders` policy: `per_minute` tokens a minute into buckets of
+    /// `burst`, for at most `max_clients` customers at once.
+    pub(crate) fn per_minute(per_minute: u32, burst: u32, max_clients: u32) -> Self {
+        let rate = f64::from(per_minute.max(1)) / 60.0;
+        Self::with(ORDERS_POLICY, rate, burst.max(1), max_clients)
+    }
+
+    fn with(name: &'static str, rate: f64, quota: u32, max_clients: u32) -> Self {
         let burst = f64::from(quota);
-        let window = whole((burst / rate).ceil());
+        let window = whole((burst / rate).ceil()).max(1);
         Self {
+            name,
             rate,
             burst,
             max_clients: usize::try_from(max_clients.max(1)).unwrap_or(usize::MAX),
             quota,
             window,
-            policy: policy(quota, window),
+            policy: field(&policy_item(name, quota, window)),
             buckets: Mutex::new(HashMap::new()),
         }
     }
@@ -177,6 +242,7 @@ impl RateLimiter {
             retry_after: whole(((1.0 - tokens) / self.rate).ceil()).max(1),
             quota: self.quota,
             window: self.window,
+            name: self.name,
         }
     }
 
@@ -266,6 +332,42 @@ mod tests {
         // The most recent client keeps its (empty) bucket across evictions.
         let last = t0 + Duration::from_micros(99_999);
         assert!(!limiter.check_at(v4(99_999), last).allowed);
+    }
+
+    #[test]
+    fn customers_are_keyed_apart_and_the_orders_policy_counts_per_minute() {
+        let (alice, bob) = (
+            ClientKey::of_customer("alice"),
+            ClientKey::of_customer("bob"),
+        );
+        assert_eq!(alice, ClientKey::of_customer("alice"));
+        assert_ne!(alice, bob);
+        assert_ne!(
+            ClientKey::of_customer(&"x".repeat(255)),
+            ClientKey::of_customer(&"x".repeat(254))
+        );
+        // 120 a minute = 2 a second, burst 20: an empty bucket refills in 10 s.
+        let limiter = RateLimiter::per_minute(120, 20, 100);
+        assert_eq!(limiter.policy(), "\"orders\";q=20;w=10");
+        let t0 = Instant::now();
+        for _ in 0..20 {
+            assert!(limiter.check_at(alice, t0).allowed);
+        }
+        let refused = limiter.check_at(alice, t0);
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after, 1);
+        assert_eq!(refused.header(), "\"orders\";r=0;t=10");
+        assert!(limiter.check_at(bob, t0).allowed, "bob has his own bucket");
+        assert!(
+            limiter
+                .check_at(alice, t0 + Duration::from_millis(500))
+                .allowed,
+            "one placement back after half a second"
+        );
+        let general = RateLimiter::new(10, 20, 100).check_at(alice, t0);
+        let (policy, current) = general.fields(Some(refused));
+        assert_eq!(policy, "\"default\";q=20;w=2, \"orders\";q=20;w=10");
+        assert_eq!(current, "\"default\";r=19;t=1, \"orders\";r=0;t=10");
     }
 
     #[test]

@@ -84,7 +84,9 @@ pub(crate) struct RetryPolicy {
 
 impl RetryPolicy {
     /// Up to `max_retries` retries, spaced by `backoff`, from `budget`.
+    /// Registers the retry counters at 0 ([`observe::register_retries`]).
     pub(crate) fn new(max_retries: u32, backoff: Backoff, budget: RetryBudget) -> Self {
+        observe::register_retries();
         Self {
             gate: RetryGate::new(max_retries, backoff, budget),
         }

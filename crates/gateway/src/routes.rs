@@ -1,17 +1,39 @@
-//! The route table of SPEC §6: `/api/products*` → product, `/api/orders*` →
-//! order, anything else → 404. Pure data, no I/O, so it is tested without a
-//! network.
+//! The route table of SPEC §6 and §11: `/api/products*` → product
+//! (anonymous), `/api/orders*` → order (a verified customer),
+//! `POST /api/session` → identity (sign-in, anonymous; only when
+//! `routes.identity_url` is set), anything else → 404. Who may call a route
+//! and with which method is part of its entry here, so the whole table is
+//! read in one place. Pure data, no I/O, so it is tested without a network.
 
-use http::{Uri, uri::Authority};
+use http::{Method, Uri, uri::Authority};
 
 use crate::settings::RouteSettings;
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Anyone: no token is checked (one sent is forwarded as it came).
+    Anonymous,
+    /// A customer with a verified bearer token; the rate limit is then kept
+    /// per customer.
+    Customer,
+}
 
 /// One destination: a name for metrics and an origin to send requests to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Route {
-    /// `product` or `order`: the `route` label of every gateway metric and
-    /// the retry budget's name.
+    /// `product`, `order` or `identity`: the `route` label of every gateway
+    /// metric and the retry budget's name.
     pub(crate) name: &'static str,
+    /// Whether a verified customer is required.
+    pub(crate) access: Access,
+    /// The one method the route serves, when it serves only one (sign-in
+    /// is `POST`; anything else is a 405 there).
+    pub(crate) only: Option<Method>,
+    /// A path a `GET` of which is anonymous even on a customer's route:
+    /// the service's own API document (`/api/orders/openapi.json`), which
+    /// a client reads before it has signed in.
+    pub(crate) open_document: Option<&'static str>,
     /// `http`, always (validated in settings).
     pub(crate) scheme: http::uri::Scheme,
     /// `host:port` of the service.
@@ -29,11 +51,30 @@ pub(crate) enum NoRoute {
     DotSegment,
 }
 
-/// The two routes, parsed once at start-up.
+/// The exact path of the sign-in route.
+pub(crate) const SESSION_PATH: &str = "/api/session";
+
+/// The order service's OpenAPI document: anonymous, unlike the rest of
+/// `/api/orders*`.
+pub(crate) const ORDER_DOCUMENT_PATH: &str = "/api/orders/openapi.json";
+
+impl Route {
+    /// Who may send `method` to `path` on this route.
+    pub(crate) fn access_for(&self, method: &Method, path: &str) -> Access {
+        match self.open_document {
+            Some(open) if method == Method::GET && path == open => Access::Anonymous,
+            _ => self.access,
+        }
+    }
+}
+
+/// The routes, parsed once at start-up.
 #[derive(Debug, Clone)]
 pub(crate) struct RouteTable {
     product: Route,
     order: Route,
+    /// `None` when `routes.identity_url` is empty.
+    identity: Option<Route>,
 }
 
 impl RouteTable {
@@ -43,15 +84,28 @@ impl RouteTable {
     /// When a URL is not an `http://host:port` origin (settings validation
     /// rejects those first).
     pub(crate) fn new(settings: &RouteSettings) -> anyhow::Result<Self> {
+        let identity = if settings.identity_url.is_empty() {
+            None
+        } else {
+            let mut route = parse("identity", &settings.identity_url)?;
+            route.only = Some(Method::POST);
+            Some(route)
+        };
+        let mut order = parse("order", &settings.order_url)?;
+        order.access = Access::Customer;
+        order.open_document = Some(ORDER_DOCUMENT_PATH);
         Ok(Self {
             product: parse("product", &settings.product_url)?,
-            order: parse("order", &settings.order_url)?,
+            order,
+            identity,
         })
     }
 
     /// Every route, for per-route state (retry budgets).
-    pub(crate) fn all(&self) -> [&Route; 2] {
+    pub(crate) fn all(&self) -> impl Iterator<Item = &Route> {
         [&self.product, &self.order]
+            .into_iter()
+            .chain(self.identity.as_ref())
     }
 
     /// The route for `path`.
@@ -63,6 +117,12 @@ impl RouteTable {
             &self.product
         } else if under(path, "/api/orders") {
             &self.order
+        } else if path == SESSION_PATH
+            && let Some(identity) = &self.identity
+        {
+            // Exactly the path: the issuer's other endpoints (its JWKS, its
+            // discovery document) are for services, not for the public.
+            return Ok(identity);
         } else {
             return Err(NoRoute::NotFound);
         };
@@ -94,6 +154,9 @@ fn parse(name: &'static str, url: &str) -> anyhow::Result<Route> {
     };
     Ok(Route {
         name,
+        access: Access::Anonymous,
+        only: None,
+        open_document: None,
         scheme,
         authority,
     })
@@ -120,6 +183,68 @@ mod tests {
         }
         let r = t.resolve("/api/orders/1").unwrap();
         assert_eq!(r.authority.as_str(), "127.0.0.1:8082");
+        assert_eq!(r.access, Access::Customer);
+        assert_eq!(
+            t.resolve("/api/products/1").unwrap().access,
+            Access::Anonymous
+        );
+    }
+
+    #[test]
+    fn only_a_get_of_the_order_document_is_anonymous_on_the_order_route() {
+        let t = table();
+        let order = t.resolve(ORDER_DOCUMENT_PATH).unwrap();
+        assert_eq!(order.name, "order");
+        assert_eq!(
+            order.access_for(&Method::GET, ORDER_DOCUMENT_PATH),
+            Access::Anonymous
+        );
+        for (method, path) in [
+            (Method::POST, ORDER_DOCUMENT_PATH),
+            (Method::GET, "/api/orders"),
+            (Method::GET, "/api/orders/openapi.json/x"),
+            (
+                Method::GET,
+                "/api/orders/0b9f6a3e-0000-4000-8000-000000000000",
+            ),
+        ] {
+            assert_eq!(
+                order.access_for(&method, path),
+                Access::Customer,
+                "{method} {path}"
+            );
+        }
+        let product = t.resolve("/api/products/openapi.json").unwrap();
+        assert_eq!(
+            product.access_for(&Method::GET, "/api/products/openapi.json"),
+            Access::Anonymous
+        );
+    }
+
+    #[test]
+    fn sign_in_is_routed_exactly_and_only_when_configured() {
+        assert_eq!(table().resolve("/api/session"), Err(NoRoute::NotFound));
+        assert_eq!(table().all().count(), 2);
+        let t = RouteTable::new(&RouteSettings {
+            identity_url: "http://127.0.0.1:8085".into(),
+            ..RouteSettings::default()
+        })
+        .unwrap();
+        let r = t.resolve("/api/session").unwrap();
+        assert_eq!(
+            (r.name, r.access, r.only.clone()),
+            ("identity", Access::Anonymous, Some(Method::POST))
+        );
+        assert_eq!(r.authority.as_str(), "127.0.0.1:8085");
+        for path in [
+            "/api/session/x",
+            "/api/sessions",
+            "/api/session/",
+            "/.well-known/jwks.json",
+        ] {
+            assert_eq!(t.resolve(path), Err(NoRoute::NotFound), "{path}");
+        }
+        assert_eq!(t.all().count(), 3);
     }
 
     #[test]

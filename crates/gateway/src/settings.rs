@@ -3,6 +3,7 @@
 //! truth for every default.
 
 use serde::{Deserialize, Serialize};
+use shopeasy_identity::AuthSettings;
 use shopeasy_runtime::{
     settings::{ProcessSettings, Seconds, Settings, Validator, common::RetryBudgetSettings},
     topology,
@@ -27,6 +28,11 @@ pub struct GatewaySettings {
     pub resilience: ResilienceSettings,
     /// Size caps on what callers may send.
     pub limits: LimitSettings,
+    /// `auth.*`: how the bearer tokens of `/api/orders*` are verified
+    /// (SPEC §11). Required: with neither `auth.jwks_url` nor
+    /// `auth.public_key_pem` the gateway refuses to start, so no deployment
+    /// can forget to close the order routes.
+    pub auth: AuthSettings,
 }
 
 impl Default for GatewaySettings {
@@ -36,12 +42,13 @@ impl Default for GatewaySettings {
             routes: RouteSettings::default(),
             resilience: ResilienceSettings::default(),
             limits: LimitSettings::default(),
+            auth: AuthSettings::default(),
         }
     }
 }
 
-/// The upstream of each route (`ROUTES__PRODUCT_URL`, `ROUTES__ORDER_URL`):
-/// `http://host:port` with no path.
+/// The upstream of each route (`ROUTES__PRODUCT_URL`, `ROUTES__ORDER_URL`,
+/// `ROUTES__IDENTITY_URL`): `http://host:port` with no path.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default)]
 pub struct RouteSettings {
@@ -49,6 +56,10 @@ pub struct RouteSettings {
     pub product_url: String,
     /// `/api/orders*` goes here.
     pub order_url: String,
+    /// `POST /api/session` (sign-in) goes here: the demo issuer, or any
+    /// service that hands out tokens. Empty (the default): not routed, so
+    /// `/api/session` is a 404 like any unknown path.
+    pub identity_url: String,
 }
 
 impl Default for RouteSettings {
@@ -56,6 +67,7 @@ impl Default for RouteSettings {
         Self {
             product_url: topology::PRODUCT.local_url(),
             order_url: topology::ORDER.local_url(),
+            identity_url: String::new(),
         }
     }
 }
@@ -151,6 +163,13 @@ pub struct LimitSettings {
     /// bucket is forgotten, so a client spraying addresses cannot grow the
     /// table.
     pub max_tracked_clients: u32,
+    /// Each signed-in customer's sustained rate of placements
+    /// (`POST /api/orders`), per minute: a customer's own bucket, whatever
+    /// address they come from, so one customer cannot flood the order
+    /// service and customers behind one NAT do not share it.
+    pub customer_orders_per_minute: u32,
+    /// Each customer's burst of placements (bucket size), at least 1.
+    pub customer_order_burst: u32,
 }
 
 impl Default for LimitSettings {
@@ -166,6 +185,8 @@ impl Default for LimitSettings {
             client_requests_per_second: 1000,
             client_burst: 2000,
             max_tracked_clients: 65_536,
+            customer_orders_per_minute: 120,
+            customer_order_burst: 20,
         }
     }
 }
@@ -180,10 +201,15 @@ impl AsRef<ProcessSettings> for GatewaySettings {
 impl Settings for GatewaySettings {
     fn validate(&self, v: &mut Validator) {
         self.process.validate(v);
+        let identity = (!self.routes.identity_url.is_empty())
+            .then_some(("routes.identity_url", &self.routes.identity_url));
         for (key, url) in [
             ("routes.product_url", &self.routes.product_url),
             ("routes.order_url", &self.routes.order_url),
-        ] {
+        ]
+        .into_iter()
+        .chain(identity)
+        {
             v.url(key, url, url, &["http"], false);
             if let Ok(parsed) = url::Url::parse(url)
                 && (parsed.path() != "/" || parsed.query().is_some())
@@ -269,7 +295,18 @@ impl Settings for GatewaySettings {
                 l.max_tracked_clients,
                 16..=10_000_000,
             );
+            v.number(
+                "customer_orders_per_minute",
+                l.customer_orders_per_minute,
+                1..=10_000_000,
+            );
+            v.number(
+                "customer_order_burst",
+                l.customer_order_burst,
+                1..=10_000_000,
+            );
         });
+        self.auth.validate("auth", v);
     }
 }
 
@@ -279,11 +316,22 @@ mod tests {
 
     use super::*;
 
+    /// A key source, which every valid configuration needs.
+    fn pem() -> String {
+        shopeasy_identity::DemoKey::from_seed([42; 32])
+            .unwrap()
+            .public_key_pem()
+    }
+
+    fn load(vars: &[(&str, &str)]) -> Result<GatewaySettings, SettingsError> {
+        let pem = pem();
+        let mut vars = vars.to_vec();
+        vars.push(("AUTH__PUBLIC_KEY_PEM", pem.as_str()));
+        Loader::new().env(vars).load::<GatewaySettings>()
+    }
+
     fn errors(vars: &[(&str, &str)]) -> Vec<String> {
-        match Loader::new()
-            .env(vars.iter().copied())
-            .load::<GatewaySettings>()
-        {
+        match load(vars) {
             Err(SettingsError::Invalid(e)) => e.iter().map(ToString::to_string).collect(),
             other => panic!("expected invalid settings, got {other:?}"),
         }
@@ -291,8 +339,10 @@ mod tests {
 
     #[test]
     fn defaults_are_valid_and_match_the_spec() {
-        let s: GatewaySettings = Loader::new().load().unwrap();
-        assert_eq!(s, GatewaySettings::default());
+        let s = load(&[]).unwrap();
+        let mut expected = GatewaySettings::default();
+        expected.auth.public_key_pem = pem();
+        assert_eq!(s, expected);
         let g = &s.resilience.gateway;
         assert_eq!(g.activity_timeout_seconds, Seconds::new(30.0));
         assert_eq!(g.connect_timeout_seconds, Seconds::new(5.0));
@@ -303,17 +353,67 @@ mod tests {
         assert_eq!(s.routes.product_url, "http://127.0.0.1:8081");
         assert_eq!(s.routes.order_url, "http://127.0.0.1:8082");
         assert_eq!(s.limits.max_buffered_body_bytes, 64 * 1024);
+        assert_eq!(
+            s.routes.identity_url, "",
+            "sign-in is not routed by default"
+        );
+        assert_eq!(s.limits.customer_orders_per_minute, 120);
+        assert_eq!(s.limits.customer_order_burst, 20);
+        assert_eq!(s.auth.issuer, "shopeasy-demo");
+        assert_eq!(s.auth.audience, "shopeasy");
+    }
+
+    #[test]
+    fn without_a_key_source_the_gateway_refuses_to_start() {
+        match Loader::new().load::<GatewaySettings>() {
+            Err(SettingsError::Invalid(e)) => {
+                let keys: Vec<_> = e.iter().map(|e| e.key.as_str()).collect();
+                assert_eq!(keys, ["auth.jwks_url"], "{e:?}");
+            }
+            other => panic!("expected invalid settings, got {other:?}"),
+        }
+        let s: GatewaySettings = Loader::new()
+            .env([
+                (
+                    "AUTH__JWKS_URL",
+                    "http://identity:8085/.well-known/jwks.json",
+                ),
+                ("ROUTES__IDENTITY_URL", "http://identity:8085"),
+            ])
+            .load()
+            .unwrap();
+        assert_eq!(s.routes.identity_url, "http://identity:8085");
+    }
+
+    #[test]
+    fn the_identity_route_and_customer_limits_are_validated() {
+        let errs = errors(&[
+            ("ROUTES__IDENTITY_URL", "http://identity:8085/api/session"),
+            ("LIMITS__CUSTOMER_ORDERS_PER_MINUTE", "0"),
+            ("LIMITS__CUSTOMER_ORDER_BURST", "0"),
+        ]);
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert!(
+            errs[0].starts_with("routes.identity_url") && errs[0].contains("no path"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[1].starts_with("limits.customer_orders_per_minute"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[2].starts_with("limits.customer_order_burst"),
+            "{errs:?}"
+        );
     }
 
     #[test]
     fn environment_overrides_routes_and_timeouts() {
-        let s: GatewaySettings = Loader::new()
-            .env([
-                ("ROUTES__PRODUCT_URL", "http://product:8081"),
-                ("RESILIENCE__GATEWAY__ACTIVITY_TIMEOUT_SECONDS", "0.5"),
-            ])
-            .load()
-            .unwrap();
+        let s = load(&[
+            ("ROUTES__PRODUCT_URL", "http://product:8081"),
+            ("RESILIENCE__GATEWAY__ACTIVITY_TIMEOUT_SECONDS", "0.5"),
+        ])
+        .unwrap();
         assert_eq!(s.routes.product_url, "http://product:8081");
         assert_eq!(
             s.resilience.gateway.activity_timeout_seconds,

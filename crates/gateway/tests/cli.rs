@@ -36,10 +36,34 @@ fn defaults_are_valid_and_printable() {
         text.contains("product_url = \"http://127.0.0.1:8081\""),
         "{text}"
     );
-    let out = gateway().arg("--check-config").output().unwrap();
+    let out = gateway()
+        .arg("--check-config")
+        .env(
+            "AUTH__JWKS_URL",
+            "http://127.0.0.1:8085/.well-known/jwks.json",
+        )
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn without_a_token_key_source_the_gateway_refuses_to_start() {
+    let out = gateway()
+        .arg("--check-config")
+        .env_remove("AUTH__JWKS_URL")
+        .env_remove("AUTH__PUBLIC_KEY_PEM")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("auth.jwks_url (env AUTH__JWKS_URL)")
+            && err.contains("one of jwks_url or public_key_pem is required"),
+        "{err}"
     );
 }

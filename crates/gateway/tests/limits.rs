@@ -16,6 +16,8 @@ use std::{
     time::Duration,
 };
 
+mod support;
+
 use shopeasy_gateway::{App, GatewaySettings};
 use shopeasy_runtime::{
     lifecycle::{self, Running},
@@ -48,6 +50,7 @@ fn settings(product: SocketAddr, order: SocketAddr) -> GatewaySettings {
     s.resilience.gateway.connect_timeout_seconds = Seconds::new(2.0);
     s.limits.client_requests_per_second = 100_000;
     s.limits.client_burst = 100_000;
+    s.auth = support::auth();
     s
 }
 
@@ -285,10 +288,12 @@ async fn a_body_trickled_within_the_activity_interval_ends_at_the_body_deadline_
     let stream = TcpStream::connect(gw.addr).await.unwrap();
     let (mut read, mut write) = stream.into_split();
     let started = Instant::now();
-    write
-        .write_all(b"POST /api/orders HTTP/1.1\r\nHost: shop\r\nContent-Length: 100\r\n\r\n")
-        .await
-        .unwrap();
+    let head = format!(
+        "POST /api/orders HTTP/1.1\r\nHost: shop\r\nAuthorization: {}\r\n\
+         Content-Length: 100\r\n\r\n",
+        support::bearer("alice")
+    );
+    write.write_all(head.as_bytes()).await.unwrap();
     let trickle = tokio::spawn(async move {
         for _ in 0..100 {
             if write.write_all(b"x").await.is_err() {
@@ -461,7 +466,12 @@ async fn a_saturated_route_answers_503_while_the_other_route_still_answers() {
         "not forwarded"
     );
     // The order route is not affected.
-    let r = http.get(gw.url("/api/orders/1")).send().await.unwrap();
+    let r = http
+        .get(gw.url("/api/orders/1"))
+        .bearer_auth(support::token("alice"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     // Released, the held ones complete and the route takes requests again.
     product.release(3);
@@ -588,7 +598,12 @@ async fn the_gateways_own_admission_sheds_at_its_limit_and_is_reported() {
     .await;
     // The other route has room of its own, but the gateway's limit is 1.
     let started = Instant::now();
-    let r = http.get(gw.url("/api/orders/1")).send().await.unwrap();
+    let r = http
+        .get(gw.url("/api/orders/1"))
+        .bearer_auth(support::token("alice"))
+        .send()
+        .await
+        .unwrap();
     assert!(
         started.elapsed() < Duration::from_millis(500),
         "refused at once"
@@ -618,6 +633,11 @@ async fn the_gateways_own_admission_sheds_at_its_limit_and_is_reported() {
     assert_eq!(admission["requests"]["refused_full"], 1, "{report}");
     product.release(1);
     assert_eq!(held.await.unwrap().unwrap().status(), 200);
-    let r = http.get(gw.url("/api/orders/1")).send().await.unwrap();
+    let r = http
+        .get(gw.url("/api/orders/1"))
+        .bearer_auth(support::token("alice"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
 }

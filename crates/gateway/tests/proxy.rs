@@ -15,6 +15,8 @@ use std::{
     time::Duration,
 };
 
+mod support;
+
 use shopeasy_gateway::{App, GatewaySettings};
 use shopeasy_runtime::{
     lifecycle::{self, Running},
@@ -45,6 +47,7 @@ fn settings(upstream: SocketAddr) -> GatewaySettings {
     s.routes.order_url = format!("http://{upstream}");
     s.resilience.gateway.activity_timeout_seconds = Seconds::from(ACTIVITY);
     s.resilience.gateway.connect_timeout_seconds = Seconds::new(1.0);
+    s.auth = support::auth();
     s
 }
 
@@ -274,6 +277,7 @@ async fn a_plain_post_over_the_same_break_is_not_repeated() {
     let gw = gateway(settings(fake.addr)).await;
     let res = http()
         .post(gw.url("/api/orders"))
+        .bearer_auth(support::token("alice"))
         .header("content-type", "application/json")
         .body(r#"{"customer_id":"c"}"#)
         .send()
@@ -295,6 +299,7 @@ async fn a_keyed_post_is_repeated_once_with_the_same_body() {
     let body = r#"{"customer_id":"c","items":[]}"#;
     let res = http()
         .post(gw.url("/api/orders"))
+        .bearer_auth(support::token("alice"))
         .header("content-type", "application/json")
         .header("idempotency-key", "k-1")
         .body(body)
@@ -327,7 +332,12 @@ async fn a_503_is_passed_through_byte_for_byte_and_not_retried() {
     })
     .await;
     let gw = gateway(settings(fake.addr)).await;
-    let res = http().get(gw.url("/api/orders/9")).send().await.unwrap();
+    let res = http()
+        .get(gw.url("/api/orders/9"))
+        .bearer_auth(support::token("alice"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(res.status(), 503);
     assert_eq!(res.headers()["retry-after"], "7");
     assert_eq!(res.headers()["x-upstream"], "order");
@@ -480,7 +490,12 @@ async fn a_silent_service_ends_in_504_and_sees_the_cancellation() {
     .await;
     let gw = gateway(settings(fake.addr)).await;
     let started = Instant::now();
-    let res = http().get(gw.url("/api/orders/1")).send().await.unwrap();
+    let res = http()
+        .get(gw.url("/api/orders/1"))
+        .bearer_auth(support::token("alice"))
+        .send()
+        .await
+        .unwrap();
     let answered = Instant::now();
     assert_eq!(res.status(), 504);
     assert_eq!(
@@ -574,13 +589,12 @@ async fn a_client_stalling_its_body_gets_408() {
     let fake = Fake::start(|_a: Arrival, s| ok(s, "unreachable")).await;
     let gw = gateway(settings(fake.addr)).await;
     let started = Instant::now();
-    let answer = raw(
-        gw.addr,
-        b"POST /api/orders HTTP/1.1\r\nhost: shop\r\ncontent-type: application/json\r\n\
-          content-length: 100\r\n\r\n{\"customer_id\":",
-        Duration::from_secs(5),
-    )
-    .await;
+    let request = format!(
+        "POST /api/orders HTTP/1.1\r\nhost: shop\r\ncontent-type: application/json\r\n\
+         authorization: {}\r\ncontent-length: 100\r\n\r\n{{\"customer_id\":",
+        support::bearer("alice")
+    );
+    let answer = raw(gw.addr, request.as_bytes(), Duration::from_secs(5)).await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(
         answer
@@ -595,13 +609,12 @@ async fn a_client_stalling_its_body_gets_408() {
 async fn a_keyed_post_whose_client_stalls_gets_408_without_reaching_the_service() {
     let fake = Fake::start(|_a: Arrival, s| ok(s, "unreachable")).await;
     let gw = gateway(settings(fake.addr)).await;
-    let answer = raw(
-        gw.addr,
-        b"POST /api/orders HTTP/1.1\r\nhost: shop\r\nidempotency-key: k\r\n\
-          content-length: 100\r\n\r\n{\"customer_id\":",
-        Duration::from_secs(5),
-    )
-    .await;
+    let request = format!(
+        "POST /api/orders HTTP/1.1\r\nhost: shop\r\nidempotency-key: k\r\n\
+         authorization: {}\r\ncontent-length: 100\r\n\r\n{{\"customer_id\":",
+        support::bearer("alice")
+    );
+    let answer = raw(gw.addr, request.as_bytes(), Duration::from_secs(5)).await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert_eq!(fake.seen.arrivals(), 0, "the buffered body never completed");
 }
@@ -740,6 +753,7 @@ async fn a_connection_the_service_closes_is_never_reused() {
         // out on a live connection the first time.
         let res = client
             .post(gw.url("/api/orders"))
+            .bearer_auth(support::token("alice"))
             .body(format!(r#"{{"n":{i}}}"#))
             .send()
             .await
@@ -866,6 +880,7 @@ async fn oversized_headers_and_bodies_are_refused() {
     assert_eq!(res.status(), 431);
     let res = http()
         .post(gw.url("/api/orders"))
+        .bearer_auth(support::token("alice"))
         .header("idempotency-key", "k")
         .body(vec![b'x'; 70 * 1024])
         .send()

@@ -240,6 +240,28 @@ impl DemoKey {
         format!("-----BEGIN PRIVATE KEY-----\n{b64}\n-----END PRIVATE KEY-----\n")
     }
 
+    /// The public key as SPKI PEM (`PUBLIC KEY`): what `auth.public_key_pem`
+    /// takes, for a verifier that trusts this one key without a JWKS (tests,
+    /// the end-to-end cluster).
+    pub fn public_key_pem(&self) -> String {
+        /// DER of `SubjectPublicKeyInfo { id-Ed25519 }` up to the key bytes
+        /// (RFC 8410 §4).
+        const SPKI_ED25519_PREFIX: [u8; 12] = [
+            0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+        ];
+        let x = match &self.jwk.algorithm {
+            jsonwebtoken::jwk::AlgorithmParameters::OctetKeyPair(okp) => okp.x.as_str(),
+            _ => "",
+        };
+        let public = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(x)
+            .unwrap_or_default();
+        let mut der = SPKI_ED25519_PREFIX.to_vec();
+        der.extend_from_slice(&public);
+        let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+        format!("-----BEGIN PUBLIC KEY-----\n{b64}\n-----END PUBLIC KEY-----\n")
+    }
+
     /// The public key as a JWK (`kty: OKP`, `crv: Ed25519`, `kid`, `alg`,
     /// `use: sig`).
     pub fn jwk(&self) -> &Jwk {

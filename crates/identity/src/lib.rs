@@ -24,6 +24,8 @@
 //! - [`demo`]: [`DemoIssuer`], the clearly-labelled demo issuer of the
 //!   one-command system: a persistent Ed25519 key, its JWKS and discovery
 //!   document, and `POST /api/session` for demo customers.
+//! - [`server`]: the demo issuer as its own process (`shopeasy-identity`),
+//!   a runtime `Service` like the four others.
 //!
 //! # In one line
 //!
@@ -43,6 +45,7 @@ pub mod demo;
 pub mod error;
 pub mod jwks;
 pub mod keys;
+pub mod server;
 pub mod settings;
 pub mod verifier;
 

@@ -166,3 +166,26 @@ async fn a_url_issuer_publishes_its_jwks_under_it() {
         "http://127.0.0.1:8080/.well-known/jwks.json"
     );
 }
+
+#[tokio::test]
+async fn the_public_key_pem_verifies_its_tokens_and_no_other_keys() {
+    let key = shopeasy_identity::DemoKey::from_seed([7; 32]).expect("key");
+    let issuer = DemoIssuer::new(key.clone(), config());
+    let settings = AuthSettings {
+        public_key_pem: key.public_key_pem(),
+        ..AuthSettings::default()
+    };
+    let v = Verifier::from_settings(&settings).expect("verifier from the public PEM");
+    let token = issuer.issue("bob").expect("issue").access_token;
+    assert_eq!(v.verify(&token).await.expect("valid").customer_id(), "bob");
+
+    let stranger = DemoIssuer::new(
+        shopeasy_identity::DemoKey::from_seed([8; 32]).expect("key"),
+        config(),
+    );
+    let forged = stranger.issue("bob").expect("issue").access_token;
+    assert!(
+        v.verify(&forged).await.is_err(),
+        "another key's token is refused"
+    );
+}

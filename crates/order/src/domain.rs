@@ -18,21 +18,90 @@ pub const MAX_QUANTITY: i64 = 1000;
 /// Longest customer id.
 pub const MAX_CUSTOMER_ID: usize = 128;
 
-/// The body of `POST /api/orders`, as sent (not yet valid).
-#[derive(Debug, Clone, Deserialize)]
+/// The signed-in customer a request acts for: the token's `sub`, checked
+/// against the same rules a customer id always had (1..=128 printable
+/// characters, no surrounding spaces), because it becomes the orders' and
+/// the idempotency keys' `customer_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Customer(String);
+
+impl Customer {
+    /// The customer a verified token's `sub` names, or `None` when the
+    /// `sub` cannot be a customer id here (too long, control characters,
+    /// blank or padded with spaces). The HTTP layer answers `None` with 401
+    /// `invalid_token`: the token is unusable for this service, whatever
+    /// the request says.
+    pub fn from_subject(sub: &str) -> Option<Self> {
+        let usable = !sub.is_empty()
+            && sub.trim() == sub
+            && sub.chars().count() <= MAX_CUSTOMER_ID
+            && !sub.chars().any(char::is_control);
+        usable.then(|| Self(sub.to_owned()))
+    }
+
+    /// The customer id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `order` is this customer's: anyone else's order is, to
+    /// them, an order that does not exist (404, OWASP API1).
+    pub fn owns(&self, order: &Order) -> bool {
+        order.customer_id == self.0
+    }
+
+    /// Checks a `customer_id` the request itself names (the body of
+    /// `POST /api/orders`, the query of `GET /api/orders`): accepted only
+    /// when it is this customer (SPEC §3), surrounding spaces ignored.
+    ///
+    /// # Errors
+    /// A field error on `customer_id` when it names someone else.
+    pub fn check_named(&self, named: Option<&str>) -> Result<(), FieldError> {
+        match named {
+            Some(c) if c.trim() != self.0 => Err(FieldError::new(
+                "customer_id",
+                "must be the signed-in customer (the token's sub)",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for Customer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The body of `POST /api/orders`, as sent (not yet valid). The customer
+/// is the bearer token's `sub`, never this body.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[schema(
+    description = "The body of `POST /api/orders`. The customer is the bearer token's `sub`, never this body."
+)]
 pub struct OrderRequest {
-    /// Who orders.
-    pub customer_id: String,
-    /// What they order.
+    /// Optional, and only a cross-check for clients written before tokens:
+    /// the customer is always the bearer token's `sub`. When present it is
+    /// accepted only when it equals `sub` (surrounding spaces ignored);
+    /// anything else is 422 with a field error on `customer_id`.
+    #[serde(default)]
+    #[schema(example = "alice")]
+    pub customer_id: Option<String>,
+    /// What they order: 1 to 50 lines, no product twice.
+    #[schema(min_items = 1, max_items = 50)]
     pub items: Vec<ItemRequest>,
 }
 
 /// One line of an [`OrderRequest`].
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[schema(description = "One line of an order request.")]
 pub struct ItemRequest {
-    /// The product, a UUID.
+    /// The product's id, a UUID (read as text here, so that a bad one is
+    /// a 422 naming it).
+    #[schema(value_type = uuid::Uuid)]
     pub product_id: String,
     /// Units, 1..=1000.
+    #[schema(minimum = 1, maximum = 1000)]
     pub quantity: i64,
 }
 
@@ -54,23 +123,17 @@ pub struct NewLine {
 }
 
 impl NewOrder {
-    /// Parses a request, naming every bad field.
+    /// Parses `customer`'s request, naming every bad field.
     ///
     /// # Errors
-    /// Every invalid field, with its path (`items[2].quantity`).
-    pub fn parse(request: OrderRequest) -> Result<Self, Vec<FieldError>> {
+    /// Every invalid field, with its path (`items[2].quantity`); a
+    /// `customer_id` that is not `customer` is one of them.
+    pub fn parse(request: OrderRequest, customer: &Customer) -> Result<Self, Vec<FieldError>> {
         let mut errors = Vec::new();
-        let customer_id = request.customer_id.trim().to_owned();
-        if customer_id.is_empty() {
-            errors.push(FieldError::new("customer_id", "must not be empty"));
-        } else if customer_id.chars().count() > MAX_CUSTOMER_ID
-            || customer_id.chars().any(char::is_control)
-        {
-            errors.push(FieldError::new(
-                "customer_id",
-                format!("must be at most {MAX_CUSTOMER_ID} printable characters"),
-            ));
+        if let Err(e) = customer.check_named(request.customer_id.as_deref()) {
+            errors.push(e);
         }
+        let customer_id = customer.as_str().to_owned();
         if request.items.is_empty() || request.items.len() > MAX_LINES {
             errors.push(FieldError::new(
                 "items",
@@ -138,8 +201,11 @@ impl NewOrder {
 }
 
 /// Where an order stands (SPEC §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
+#[schema(
+    description = "Where an order stands: `pending` (accepted, stock not reserved yet), `confirmed` (stock reserved), `rejected` (stock was insufficient), `cancelled` (stock released)."
+)]
 pub enum OrderStatus {
     /// Accepted; stock not reserved yet (the outbox worker will).
     Pending,
@@ -181,9 +247,10 @@ impl fmt::Display for OrderStatus {
 }
 
 /// A stored order (the `Order` of SPEC §3).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(description = "An order of the signed-in customer.")]
 pub struct Order {
-    /// The order id, also its reservation id at Inventory.
+    /// The order id (at Inventory, also its reservation's id).
     pub id: Uuid,
     /// Who ordered.
     pub customer_id: String,
@@ -195,9 +262,11 @@ pub struct Order {
     pub total_cents: i64,
     /// When it was placed (RFC 3339 on the wire).
     #[serde(serialize_with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub created_at: i64,
     /// When its status last changed (RFC 3339 on the wire).
     #[serde(serialize_with = "rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub updated_at: i64,
 }
 
@@ -215,7 +284,8 @@ impl Order {
 }
 
 /// One line of an [`Order`], with its price snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[schema(description = "One line of an order, with the product's price when it was ordered.")]
 pub struct OrderLine {
     /// The product.
     pub product_id: Uuid,
@@ -278,7 +348,7 @@ mod tests {
 
     fn request(items: &[(&str, i64)]) -> OrderRequest {
         OrderRequest {
-            customer_id: "c-1".into(),
+            customer_id: Some("c-1".into()),
             items: items
                 .iter()
                 .map(|(p, q)| ItemRequest {
@@ -289,12 +359,46 @@ mod tests {
         }
     }
 
+    fn c1() -> Customer {
+        Customer::from_subject("c-1").unwrap()
+    }
+
+    #[test]
+    fn the_body_may_omit_the_customer_or_name_the_signed_in_one_only() {
+        let mut req = request(&[(A, 1)]);
+        req.customer_id = None;
+        assert_eq!(NewOrder::parse(req, &c1()).unwrap().customer_id(), "c-1");
+        let mut req = request(&[(A, 1)]);
+        req.customer_id = Some(" c-1 ".into());
+        assert!(NewOrder::parse(req, &c1()).is_ok());
+        let mut req = request(&[(A, 1)]);
+        req.customer_id = Some("bob".into());
+        let errors = NewOrder::parse(req, &c1()).unwrap_err();
+        assert_eq!(errors[0].field, "customer_id");
+    }
+
+    #[test]
+    fn only_a_usable_subject_is_a_customer() {
+        assert!(Customer::from_subject("alice").is_some());
+        assert!(Customer::from_subject(&"x".repeat(MAX_CUSTOMER_ID)).is_some());
+        for bad in [
+            "",
+            " ",
+            " alice",
+            "alice ",
+            "a\u{7}b",
+            &"x".repeat(MAX_CUSTOMER_ID + 1),
+        ] {
+            assert!(Customer::from_subject(bad).is_none(), "{bad:?}");
+        }
+    }
+
     const A: &str = "0190a6c4-0000-7000-8000-000000000001";
     const B: &str = "0190a6c4-0000-7000-8000-000000000002";
 
     #[test]
     fn a_valid_request_parses() {
-        let order = NewOrder::parse(request(&[(A, 1), (B, 1000)])).unwrap();
+        let order = NewOrder::parse(request(&[(A, 1), (B, 1000)]), &c1()).unwrap();
         assert_eq!(order.items().len(), 2);
         assert_eq!(order.customer_id(), "c-1");
     }
@@ -302,8 +406,8 @@ mod tests {
     #[test]
     fn every_bad_field_is_named() {
         let mut req = request(&[(A, 0), ("nope", 1), (A, 1001)]);
-        req.customer_id = " ".into();
-        let errors = NewOrder::parse(req).unwrap_err();
+        req.customer_id = Some("c-2".into());
+        let errors = NewOrder::parse(req, &c1()).unwrap_err();
         let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(
             fields,
@@ -319,19 +423,19 @@ mod tests {
 
     #[test]
     fn line_count_is_bounded() {
-        let errors = NewOrder::parse(request(&[])).unwrap_err();
+        let errors = NewOrder::parse(request(&[]), &c1()).unwrap_err();
         assert_eq!(errors[0].field, "items");
         let ids: Vec<String> = (0..51).map(|_| Uuid::new_v4().to_string()).collect();
         let many: Vec<(&str, i64)> = ids.iter().map(|s| (s.as_str(), 1)).collect();
-        let errors = NewOrder::parse(request(&many)).unwrap_err();
+        let errors = NewOrder::parse(request(&many), &c1()).unwrap_err();
         assert_eq!(errors[0].field, "items");
     }
 
     #[test]
     fn fingerprint_ignores_form_but_not_meaning() {
-        let a = NewOrder::parse(request(&[(A, 1)])).unwrap();
-        let upper = NewOrder::parse(request(&[(&A.to_uppercase(), 1)])).unwrap();
-        let more = NewOrder::parse(request(&[(A, 2)])).unwrap();
+        let a = NewOrder::parse(request(&[(A, 1)]), &c1()).unwrap();
+        let upper = NewOrder::parse(request(&[(&A.to_uppercase(), 1)]), &c1()).unwrap();
+        let more = NewOrder::parse(request(&[(A, 2)]), &c1()).unwrap();
         assert_eq!(a.fingerprint(), upper.fingerprint());
         assert_ne!(a.fingerprint(), more.fingerprint());
         assert_eq!(a.fingerprint().len(), 64);

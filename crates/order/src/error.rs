@@ -4,6 +4,7 @@
 
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
+use shopeasy_identity::AuthError;
 use shopeasy_runtime::problem::{FieldError, Problem};
 use uuid::Uuid;
 
@@ -50,6 +51,20 @@ pub enum Error {
     /// `request-in-progress`; the key answers once the other finishes).
     #[error("the idempotency key was taken over by another request")]
     KeyTakenOver,
+    /// The customer already has `max_open` `pending` orders (429
+    /// `too-many-open-orders` + `Retry-After`); nothing was created.
+    #[error("too many open orders")]
+    TooManyOpenOrders {
+        /// The limit (`orders.max_open_per_customer`).
+        max_open: u32,
+        /// Seconds until retrying is worth it.
+        retry_after: u64,
+    },
+    /// The caller is not signed in, or its token is unusable (401 with
+    /// `WWW-Authenticate: Bearer …`, RFC 6750; 503 when no verification key
+    /// can be had at all).
+    #[error(transparent)]
+    Unauthenticated(#[from] AuthError),
     /// Inventory is unavailable and nothing cached can answer (503).
     #[error("inventory unavailable")]
     InventoryUnavailable,
@@ -138,6 +153,20 @@ impl Error {
                 "another request with this Idempotency-Key took it over",
             )
             .retry_after(1),
+            Self::TooManyOpenOrders {
+                max_open,
+                retry_after,
+            } => Problem::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too-many-open-orders",
+                "Too many open orders",
+                format!(
+                    "you already have {max_open} pending orders: wait until some are confirmed, or cancel one"
+                ),
+            )
+            .extension("max_open", max_open)
+            .retry_after(*retry_after),
+            Self::Unauthenticated(e) => e.problem(),
             Self::InventoryUnavailable => Problem::unavailable(
                 "inventory is unavailable and no cached stock can answer",
                 RETRY_AFTER_SECONDS,
@@ -164,6 +193,9 @@ impl IntoResponse for Error {
         match &self {
             Self::Internal(e) => tracing::error!(error = format!("{e:#}"), "internal error"),
             Self::DatabaseUnavailable(e) => tracing::warn!(error = %e, "database unavailable"),
+            // With its `WWW-Authenticate` challenge, which the problem alone
+            // does not carry.
+            Self::Unauthenticated(e) => return e.to_response(),
             _ => {}
         }
         self.to_problem().into_response()
@@ -188,6 +220,14 @@ mod tests {
                 409,
             ),
             (Error::KeyReused, 422),
+            (
+                Error::TooManyOpenOrders {
+                    max_open: 20,
+                    retry_after: 30,
+                },
+                429,
+            ),
+            (Error::Unauthenticated(AuthError::Missing), 401),
             (Error::InProgress { retry_after: 1 }, 409),
             (Error::InventoryUnavailable, 503),
             (Error::ProductUnavailable, 503),

@@ -1,27 +1,35 @@
-//! The public HTTP API (SPEC §3): thin adapters that extract, parse into
-//! domain types, call [`Orders`], and map the result. Errors become
+//! The public HTTP API (SPEC §3): thin adapters that authenticate the
+//! caller, extract, parse into domain types, call [`Orders`], and map the
+//! result. Every route acts for the bearer token's `sub` (issue 15): the
+//! token is verified before the body is read or the database is touched,
+//! and who may see what is decided in [`Orders`], not here. Errors become
 //! problems in [`crate::error`]; successful placements are rendered here,
 //! once, so that what is stored for an idempotent replay is exactly what
-//! was sent.
+//! was sent. Each handler carries its OpenAPI operation (the shared parts
+//! are in [`crate::openapi`]); `utoipa-axum` registers the two together.
 
 use std::time::Duration;
 
 use axum::{
     Router,
-    extract::{DefaultBodyLimit, Path, State},
+    extract::{DefaultBodyLimit, FromRef, Path, State},
     response::{IntoResponse, Response},
-    routing::{get, post},
+    routing::get,
 };
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use serde::{Deserialize, Serialize};
+use shopeasy_identity::{AuthError, Authenticated, Claims, Verifier};
 use shopeasy_resilience::deadline::Deadline;
 use shopeasy_runtime::problem::{FieldError, Json, Problem, Query};
+use utoipa::{IntoParams, OpenApi, ToSchema};
+use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use crate::{
-    domain::{NewOrder, Order, OrderRequest},
+    domain::{Customer, NewOrder, Order, OrderRequest},
     error::Error,
     idempotency::{self, valid_key},
+    openapi::{ApiDoc, BodyProblems, CommonProblems, ProblemDetails},
     saga::{MAX_PAGE, Orders, Placed},
     store::{PageCursor, StoredResponse},
 };
@@ -38,18 +46,54 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 struct Api {
     orders: Orders,
     key_lock: Duration,
+    verifier: Verifier,
 }
 
-/// The public router: `/api/orders…`, with request telemetry and the body
-/// limit; anything else is a 404 problem.
-pub fn router(orders: Orders, key_lock: Duration) -> Router {
-    Router::new()
-        .route("/api/orders", post(place).get(list))
-        .route("/api/orders/{id}", get(show))
-        .route("/api/orders/{id}/cancel", post(cancel))
+/// Where the [`Authenticated`] extractor finds the verifier.
+impl FromRef<Api> for Verifier {
+    fn from_ref(api: &Api) -> Self {
+        api.verifier.clone()
+    }
+}
+
+/// The customer a verified token acts for. A `sub` that cannot be a
+/// customer id here (longer than 128 characters, padded with spaces) is
+/// answered 401 `invalid_token`, as for any other unusable claim: the
+/// token, not the request, is at fault.
+fn customer(claims: &Claims) -> Result<Customer, Error> {
+    Customer::from_subject(claims.customer_id())
+        .ok_or(Error::Unauthenticated(AuthError::InvalidClaim("sub")))
+}
+
+/// The public router: `/api/orders…` for the callers `verifier` accepts,
+/// and the OpenAPI document at [`crate::openapi::PATH`] for anyone, with
+/// request telemetry and the body limit; anything else is a 404 problem.
+pub fn router(orders: Orders, key_lock: Duration, verifier: Verifier) -> Router {
+    // Every route's series exist at 0 before its first request, so a board
+    // on a healthy, fresh system shows 0 rather than "No data".
+    shopeasy_runtime::telemetry::register_http_routes(
+        "shopeasy-order",
+        &[
+            ("POST", "/api/orders", "201"),
+            ("GET", "/api/orders", "200"),
+            ("GET", "/api/orders/{id}", "200"),
+            ("POST", "/api/orders/{id}/cancel", "200"),
+        ],
+    );
+    let (router, document) = api_router().split_for_parts();
+    router
+        // A static segment: matched before `/api/orders/{id}`.
+        .route(
+            crate::openapi::PATH,
+            get(crate::openapi::handler(&document)),
+        )
         .fallback(|| async { Problem::no_route() })
         .method_not_allowed_fallback(|| async { Problem::method_not_allowed() })
-        .with_state(Api { orders, key_lock })
+        .with_state(Api {
+            orders,
+            key_lock,
+            verifier,
+        })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(
             "shopeasy-order",
@@ -57,11 +101,62 @@ pub fn router(orders: Orders, key_lock: Duration) -> Router {
         ))
 }
 
+/// The OpenAPI document of the order API, as served at
+/// [`crate::openapi::PATH`].
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_router().into_openapi()
+}
+
+/// Every operation, registered with its handler.
+fn api_router() -> OpenApiRouter<Api> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(place, list))
+        .routes(routes!(show))
+        .routes(routes!(cancel))
+}
+
+/// `POST /api/orders`. The token is checked before the body (the
+/// extractors run in this order), so an anonymous request reads nothing.
+#[utoipa::path(
+    post,
+    path = "/api/orders",
+    tag = "orders",
+    operation_id = "placeOrder",
+    summary = "Place an order for the signed-in customer",
+    description = "The customer is the bearer token's `sub`. The body's `customer_id` is optional and accepted only when it equals `sub` (else 422 naming `customer_id`). With an `Idempotency-Key` the request is safe to repeat: the same key and body replay the first answer byte for byte (with `Idempotent-Replayed: true`), whatever its status; keys are scoped to the customer.",
+    security(("bearerAuth" = [])),
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters; scoped to the signed-in customer, kept at least 24 h. Another body under the same key is 422 `idempotency-key-reused`; while the first request runs, 409 `request-in-progress`.")
+    ),
+    request_body(content = OrderRequest, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Stock reserved: the order is `confirmed`", body = Order,
+            headers(
+                ("Location" = String, description = "`/api/orders/{id}` of the order"),
+                ("Idempotent-Replayed" = String, description = "`true` when this is the stored answer of an earlier request with the same key")
+            )),
+        (status = 202, description = "Inventory is unavailable but the cached stock says yes: the order is `pending` and is reserved later", body = Order,
+            headers(
+                ("Location" = String, description = "`/api/orders/{id}` of the order"),
+                ("Idempotent-Replayed" = String, description = "`true` when this is the stored answer of an earlier request with the same key")
+            )),
+        BodyProblems,
+        (status = 404, description = "`unknown-product`: some products do not exist (named in `products`)", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`out-of-stock` (the short products in `products`), or `request-in-progress` with `Retry-After` while a request with the same key runs", body = ProblemDetails, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "For `request-in-progress`: seconds to wait"))),
+        (status = 422, description = "Invalid fields, each named in `errors` (a `customer_id` other than the token's `sub`, a bad `Idempotency-Key` included), or `idempotency-key-reused`", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 429, description = "`too-many-open-orders`: the customer already has `orders.max_open_per_customer` pending orders (nothing created); or, at the gateway, the customer's placement rate limit (with `RateLimit-Policy` and `RateLimit`)", body = ProblemDetails, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        CommonProblems,
+    )
+)]
 async fn place(
     State(api): State<Api>,
+    Authenticated(claims): Authenticated,
     headers: HeaderMap,
     Json(request): Json<OrderRequest>,
 ) -> Result<Response, Error> {
+    let customer = customer(&claims)?;
     let deadline = Deadline::from_headers(&headers);
     let key = match headers.get(IDEMPOTENCY_KEY) {
         None => None,
@@ -75,13 +170,12 @@ async fn place(
             }
         },
     };
-    let request = NewOrder::parse(request).map_err(Error::Validation)?;
-    // The customer scopes the key; today it is the body's `customer_id`
-    // (identity will pass the token's `sub` here).
-    let customer = request.customer_id().to_owned();
+    let request = NewOrder::parse(request, &customer).map_err(Error::Validation)?;
+    // The signed-in customer scopes the key (Stripe's keys are scoped to
+    // the account): alice can neither replay nor block bob's key.
     let reply = idempotency::place_once(
         &api.orders,
-        &customer,
+        customer.as_str(),
         key.as_deref(),
         &request,
         deadline,
@@ -156,37 +250,93 @@ fn replay(stored: &StoredResponse) -> Response {
     response
 }
 
-async fn show(State(api): State<Api>, Path(id): Path<String>) -> Result<Json<Order>, Error> {
+/// `GET /api/orders/{id}`: one of the caller's orders; anyone else's is
+/// the same 404 as an unknown id.
+#[utoipa::path(
+    get,
+    path = "/api/orders/{id}",
+    tag = "orders",
+    operation_id = "getOrder",
+    summary = "One of the signed-in customer's orders",
+    security(("bearerAuth" = [])),
+    params(("id" = Uuid, Path, description = "The order id")),
+    responses(
+        (status = 200, description = "The order", body = Order),
+        (status = 404, description = "No such order, or another customer's (the same answer)", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 429, description = "At the gateway: the customer's rate limit (with `RateLimit-Policy` and `RateLimit`)", body = ProblemDetails, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        CommonProblems,
+    )
+)]
+async fn show(
+    State(api): State<Api>,
+    Authenticated(claims): Authenticated,
+    Path(id): Path<String>,
+) -> Result<Json<Order>, Error> {
+    let customer = customer(&claims)?;
     let id = Uuid::try_parse(&id).map_err(|_| Error::NotFound)?;
-    Ok(Json(api.orders.get(id).await?))
+    Ok(Json(api.orders.get(id, &customer).await?))
 }
 
-/// `GET /api/orders?customer_id=&limit=&cursor=`: `limit` 1..=100
+/// `GET /api/orders?limit=&cursor=`: the caller's orders, `limit` 1..=100
 /// (default 100, as before paging), `cursor` the `next_cursor` of the page
-/// before.
-#[derive(Debug, Deserialize)]
+/// before. `customer_id` is accepted for older clients, only when it is
+/// the caller.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Optional, for clients written before tokens: accepted only when it
+    /// equals the token's `sub` (else 422 naming `customer_id`); the list
+    /// is always the caller's own.
     customer_id: Option<String>,
+    /// Page size, 1 to 100 (default 100).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 100)]
     limit: Option<String>,
+    /// `next_cursor` of the previous page; absent for the first page.
     cursor: Option<String>,
 }
 
-/// A page of orders; `next_cursor` is absent on the last page.
-#[derive(Debug, Serialize)]
+/// A page of the caller's orders, newest first.
+#[derive(Debug, Serialize, ToSchema)]
 struct OrderList {
+    /// The orders of this page.
     items: Vec<Order>,
+    /// Pass as `cursor` for the next page; absent on the last page. Opaque.
     #[serde(skip_serializing_if = "Option::is_none")]
     next_cursor: Option<String>,
 }
 
+/// `GET /api/orders`: see [`ListQuery`].
+#[utoipa::path(
+    get,
+    path = "/api/orders",
+    tag = "orders",
+    operation_id = "listOrders",
+    summary = "List the signed-in customer's own orders, paged",
+    description = "Lists the caller's own orders (the token's `sub`), never anyone else's. Page with `limit` (1 to 100) and `cursor` (the `next_cursor` of the page before).",
+    security(("bearerAuth" = [])),
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of the caller's orders", body = OrderList),
+        (status = 422, description = "A bad `limit` or `cursor`, or a `customer_id` other than the token's `sub`, each named in `errors`", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 429, description = "At the gateway: the customer's rate limit (with `RateLimit-Policy` and `RateLimit`)", body = ProblemDetails, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        CommonProblems,
+    )
+)]
 async fn list(
     State(api): State<Api>,
+    Authenticated(claims): Authenticated,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<OrderList>, Error> {
+    let customer = customer(&claims)?;
     let mut errors = Vec::new();
-    let customer = query.customer_id.filter(|c| !c.trim().is_empty());
-    if customer.is_none() {
-        errors.push(FieldError::new("customer_id", "is required"));
+    let named = query
+        .customer_id
+        .as_deref()
+        .filter(|c| !c.trim().is_empty());
+    if let Err(e) = customer.check_named(named) {
+        errors.push(e);
     }
     let limit = match query.limit.as_deref().map(str::parse::<i64>) {
         None => MAX_PAGE,
@@ -212,12 +362,12 @@ async fn list(
             parsed
         }
     };
-    let Some(customer) = customer.filter(|_| errors.is_empty()) else {
+    if !errors.is_empty() {
         return Err(Error::Validation(errors));
-    };
+    }
     let page = api
         .orders
-        .of_customer(customer.trim(), limit, cursor.as_ref())
+        .of_customer(&customer, limit, cursor.as_ref())
         .await?;
     Ok(Json(OrderList {
         items: page.orders,
@@ -225,15 +375,37 @@ async fn list(
     }))
 }
 
+/// `POST /api/orders/{id}/cancel`: only the caller's own orders; anyone
+/// else's is the same 404 as an unknown id, and nothing is changed.
+#[utoipa::path(
+    post,
+    path = "/api/orders/{id}/cancel",
+    tag = "orders",
+    operation_id = "cancelOrder",
+    summary = "Cancel one of the signed-in customer's orders",
+    description = "Releases the reserved stock; idempotent (cancelling a cancelled order answers it again). Another customer's order is 404 like an unknown id, and nothing changes.",
+    security(("bearerAuth" = [])),
+    params(("id" = Uuid, Path, description = "The order id")),
+    responses(
+        (status = 200, description = "The order, now `cancelled`", body = Order),
+        (status = 404, description = "No such order, or another customer's (the same answer)", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "`not-cancellable`: a rejected order holds no stock", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 429, description = "At the gateway: the customer's rate limit (with `RateLimit-Policy` and `RateLimit`)", body = ProblemDetails, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        CommonProblems,
+    )
+)]
 async fn cancel(
     State(api): State<Api>,
+    Authenticated(claims): Authenticated,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Order>, Error> {
+    let customer = customer(&claims)?;
     let id = Uuid::try_parse(&id).map_err(|_| Error::NotFound)?;
     Ok(Json(
         api.orders
-            .cancel(id, Deadline::from_headers(&headers))
+            .cancel(id, &customer, Deadline::from_headers(&headers))
             .await?,
     ))
 }

@@ -23,6 +23,11 @@
 //! - [`http`]: the public routes; [`error`]: their one error mapping;
 //! - [`settings`]: every key; [`failpoints`]: test-only crash points.
 //!
+//! Every route acts for the verified bearer token's `sub` (issue 15, see
+//! [`http`]): another customer's order is a 404 like an unknown id, and a
+//! customer with `orders.max_open_per_customer` pending orders gets 429
+//! `too-many-open-orders` for a new placement.
+//!
 //! [`App`] wires them together: it binds the public and admin listeners,
 //! and runs the outbox worker and the idempotency-key cleanup beside them.
 //!
@@ -30,8 +35,8 @@
 //! Inventory leaves the order `rejected` (its id is in the problem's
 //! `order_id`); one found by the stock check creates nothing. Failures
 //! before an order exists are not stored under the idempotency key (a retry
-//! runs again); every outcome after is. `GET /api/orders?customer_id=`
-//! answers `{"items": [Order], "next_cursor"}`, newest first, `limit`
+//! runs again); every outcome after is. `GET /api/orders` answers the
+//! caller's `{"items": [Order], "next_cursor"}`, newest first, `limit`
 //! 1..=100 (default 100), `cursor` the previous page's `next_cursor`
 //! (absent on the last page). Cancelling a
 //! `rejected` order is a 409 `not-cancellable`.
@@ -43,6 +48,7 @@ pub mod error;
 pub mod failpoints;
 pub mod http;
 pub mod idempotency;
+pub mod openapi;
 pub mod outbox;
 pub mod saga;
 pub mod settings;
@@ -52,6 +58,7 @@ pub mod store;
 
 use std::sync::Arc;
 
+use shopeasy_identity::Verifier;
 use shopeasy_resilience::{budget::RetryBudget, registry::Registry};
 use shopeasy_runtime::{
     admin::Admin,
@@ -64,7 +71,7 @@ use crate::{
     clients::{inventory::InventoryClient, product::ProductClient},
     failpoints::Failpoints,
     outbox::WorkerConfig,
-    saga::{Orders, Ports, SagaTimings},
+    saga::{OpenOrderLimit, Orders, Ports, SagaTimings},
     settings::OrderSettings,
     stock_cache::StockCache,
     store::Store,
@@ -83,6 +90,11 @@ pub fn migrator() -> sqlx::migrate::Migrator {
             "scoped_fenced_keys",
             include_str!("../../../migrations/order/0002_scoped_fenced_keys.sql"),
         ),
+        (
+            3,
+            "open_orders_by_customer",
+            include_str!("../../../migrations/order/0003_open_orders_by_customer.sql"),
+        ),
     ])
 }
 
@@ -98,6 +110,7 @@ pub struct App {
     inventory: InventoryClient,
     product: ProductClient,
     stock_cache: StockCache,
+    verifier: Verifier,
 }
 
 impl App {
@@ -123,6 +136,21 @@ impl App {
         failpoints: Failpoints,
         admin: &Admin,
     ) -> anyhow::Result<Self> {
+        // Settings validation has checked `auth.*`; a key the verifier
+        // still cannot use is a start-up error too, never a service that
+        // answers 401 to everyone.
+        let verifier = Verifier::from_settings(&settings.auth)?;
+        {
+            // The provider may start after us (compose, the launcher): a
+            // failed warm-up is only logged; the first token fetches again,
+            // and keys once fetched keep verifying while it is down.
+            let verifier = verifier.clone();
+            tokio::spawn(async move {
+                if let Err(e) = verifier.warm_up().await {
+                    tracing::warn!(error = %e, "could not fetch the token keys yet; will retry on the first request");
+                }
+            });
+        }
         let db =
             lifecycle::connect_database("order", &settings.storage, &migrator(), admin).await?;
         let r = &settings.resilience;
@@ -159,7 +187,15 @@ impl App {
                 initial_backoff: o.initial_backoff_seconds.get(),
                 max_backoff: o.max_backoff_seconds.get(),
             },
-        );
+        )
+        .with_open_limit(OpenOrderLimit {
+            max_open: settings.orders.max_open_per_customer,
+            // About when the outbox next tries a pending order.
+            retry_after: {
+                let d = o.max_backoff_seconds.get();
+                (d.as_secs() + u64::from(d.subsec_nanos() > 0)).clamp(1, 3600)
+            },
+        });
 
         let registry = Registry::new();
         registry
@@ -187,6 +223,7 @@ impl App {
             inventory,
             product,
             stock_cache,
+            verifier,
         })
     }
 
@@ -208,6 +245,11 @@ impl App {
     /// The stock cache.
     pub fn stock_cache(&self) -> &StockCache {
         &self.stock_cache
+    }
+
+    /// The bearer-token verifier every `/api/orders*` route uses.
+    pub fn verifier(&self) -> &Verifier {
+        &self.verifier
     }
 }
 
@@ -244,7 +286,11 @@ impl Service for App {
             s.idempotency.cleanup_interval_seconds.get(),
             workers.clone(),
         ));
-        let router = http::router(self.orders.clone(), s.idempotency.lock_seconds.get());
+        let router = http::router(
+            self.orders.clone(),
+            s.idempotency.lock_seconds.get(),
+            self.verifier.clone(),
+        );
         let served = lifecycle::serve_admitted(
             public,
             router,

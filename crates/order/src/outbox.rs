@@ -28,8 +28,25 @@ pub struct WorkerConfig {
     pub lease: Duration,
 }
 
-/// Runs the worker until `shutdown`.
+/// The `outcome` values of `shopeasy_outbox_processed_total` (what
+/// [`Orders::run_task`] counts for a reservation it ran).
+pub(crate) const PROCESSED_OUTCOMES: [&str; 3] = ["confirmed", "rejected", "deferred"];
+
+/// Registers the outbox's counters at 0 (every processed outcome, panics),
+/// so a healthy order service shows "0 processed", not no data, before its
+/// first deferred order. The backlog gauge is not set here: it gets its
+/// first real count on the worker's first poll, at once.
+pub(crate) fn register_metrics() {
+    for outcome in PROCESSED_OUTCOMES {
+        metrics::counter!("shopeasy_outbox_processed_total", "outcome" => outcome).increment(0);
+    }
+    metrics::counter!("shopeasy_outbox_panics_total").increment(0);
+}
+
+/// Runs the worker until `shutdown`, after registering its counters at 0
+/// (so they exist from start-up on).
 pub async fn run(orders: Orders, config: WorkerConfig, shutdown: CancellationToken) {
+    register_metrics();
     let mut tick = tokio::time::interval(config.poll_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -36,7 +36,7 @@ use uuid::Uuid;
 
 use crate::{
     catalog::{Catalog, CatalogError},
-    domain::{NewOrder, Order, OrderLine, OrderStatus, Shortage, now_ms},
+    domain::{Customer, NewOrder, Order, OrderLine, OrderStatus, Shortage, now_ms},
     error::Error,
     failpoints::{Failpoint, Failpoints},
     stock::{Reservations, Reserved, StockError, StockSource},
@@ -140,6 +140,29 @@ pub struct Orders {
     ports: Ports,
     failpoints: Failpoints,
     timings: SagaTimings,
+    open_limit: OpenOrderLimit,
+}
+
+/// How many `pending` orders one customer may have, and what a refused
+/// placement is told (`Retry-After`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenOrderLimit {
+    /// Most `pending` orders per customer (`orders.max_open_per_customer`).
+    pub max_open: u32,
+    /// Seconds until retrying is worth it: about when the outbox next tries
+    /// the pending orders (its longest backoff), so some may be settled.
+    pub retry_after: u64,
+}
+
+impl Default for OpenOrderLimit {
+    /// The setting's default (20), retried after the outbox's default
+    /// longest backoff (30 s).
+    fn default() -> Self {
+        Self {
+            max_open: 20,
+            retry_after: 30,
+        }
+    }
 }
 
 impl Orders {
@@ -150,7 +173,15 @@ impl Orders {
             ports,
             failpoints,
             timings,
+            open_limit: OpenOrderLimit::default(),
         }
+    }
+
+    /// The same use cases with `limit` on each customer's open orders.
+    #[must_use]
+    pub fn with_open_limit(mut self, limit: OpenOrderLimit) -> Self {
+        self.open_limit = limit;
+        self
     }
 
     /// The storage.
@@ -217,21 +248,33 @@ impl Orders {
         key: Option<Keyed<'_>>,
         deadline: Option<Deadline>,
     ) -> Result<Attempt, Error> {
+        // A customer at the open-order limit places nothing new; an
+        // existing key still answers (a replay is not a new placement).
+        // Counted, not locked: concurrent first placements may overshoot
+        // the limit by a few, which is what it is for (no flood), not a
+        // quota to the unit.
+        let open = self
+            .store
+            .open_orders(request.customer_id(), self.open_limit.max_open)
+            .await?;
+        if open >= self.open_limit.max_open {
+            if let Some(decided) = self.existing_key(key, deadline).await {
+                return decided;
+            }
+            metrics::counter!("shopeasy_orders_refused_open_limit_total").increment(1);
+            return Err(Error::TooManyOpenOrders {
+                max_open: self.open_limit.max_open,
+                retry_after: self.open_limit.retry_after,
+            });
+        }
         let (order, inventory_down) = match self.price_and_check(request, deadline).await {
             Ok(priced) => priced,
             Err(e) => {
                 // Nothing was created, but an existing key decides first: a
                 // replay or a resumed order must not depend on Product or
                 // the stock check (only failing requests pay this read).
-                if let Some(k) = key {
-                    match self.store.claim_existing(&k.new_key()).await {
-                        Ok(Some(Claim::Acquired(Resume::OrderCreated(id)))) => {
-                            return self.resume(id, k, deadline).await.map(ran);
-                        }
-                        Ok(Some(claim)) => return Ok(Attempt::Key(claim)),
-                        Ok(None) => {}
-                        Err(db) => tracing::warn!(error = %db, "idempotency key lookup failed"),
-                    }
+                if let Some(decided) = self.existing_key(key, deadline).await {
+                    return decided;
                 }
                 return Err(e);
             }
@@ -287,6 +330,29 @@ impl Orders {
         self.reserve_and_finish(order, Some(task), key, deadline)
             .await
             .map(ran)
+    }
+
+    /// What an existing key decides when this request cannot place a new
+    /// order: its replay, its in-progress or mismatch answer, or its order
+    /// resumed; `None` without a key, or when the key is new (or cannot be
+    /// read: the request's own failure then stands).
+    async fn existing_key(
+        &self,
+        key: Option<Keyed<'_>>,
+        deadline: Option<Deadline>,
+    ) -> Option<Result<Attempt, Error>> {
+        let k = key?;
+        match self.store.claim_existing(&k.new_key()).await {
+            Ok(Some(Claim::Acquired(Resume::OrderCreated(id)))) => {
+                Some(self.resume(id, k, deadline).await.map(ran))
+            }
+            Ok(Some(claim)) => Some(Ok(Attempt::Key(claim))),
+            Ok(None) => None,
+            Err(db) => {
+                tracing::warn!(error = %db, "idempotency key lookup failed");
+                None
+            }
+        }
     }
 
     /// Resumes the order a key holder created before it stopped (crashed,
@@ -549,38 +615,53 @@ impl Orders {
         Ok((order, inventory_down))
     }
 
-    /// One order.
+    /// One of `customer`'s orders. Another customer's order is
+    /// [`Error::NotFound`], exactly like an unknown id: nobody learns
+    /// which ids exist (OWASP API1).
     ///
     /// # Errors
     /// [`Error::NotFound`]; database failures.
-    pub async fn get(&self, id: Uuid) -> Result<Order, Error> {
-        self.store.order(id).await?.ok_or(Error::NotFound)
+    pub async fn get(&self, id: Uuid, customer: &Customer) -> Result<Order, Error> {
+        self.store
+            .order(id)
+            .await?
+            .filter(|o| customer.owns(o))
+            .ok_or(Error::NotFound)
     }
 
-    /// A page of the customer's orders (at most `limit`, capped at
+    /// A page of `customer`'s orders (at most `limit`, capped at
     /// [`MAX_PAGE`]), newest first, continuing after `after`.
     ///
     /// # Errors
     /// Database failures.
     pub async fn of_customer(
         &self,
-        customer_id: &str,
+        customer: &Customer,
         limit: i64,
         after: Option<&PageCursor>,
     ) -> Result<Page, Error> {
         Ok(self
             .store
-            .orders_of(customer_id, limit.clamp(1, MAX_PAGE), after)
+            .orders_of(customer.as_str(), limit.clamp(1, MAX_PAGE), after)
             .await?)
     }
 
-    /// Cancels an order and releases its stock. Idempotent: cancelling a
-    /// cancelled order answers the order and releases nothing more.
+    /// Cancels one of `customer`'s orders and releases its stock.
+    /// Idempotent: cancelling a cancelled order answers the order and
+    /// releases nothing more. Ownership is checked first: another
+    /// customer's order is [`Error::NotFound`] and nothing changes (an
+    /// order's customer never changes, so the check cannot go stale).
     ///
     /// # Errors
     /// [`Error::NotFound`]; [`Error::NotCancellable`] for a rejected order;
     /// database failures; a failpoint.
-    pub async fn cancel(&self, id: Uuid, deadline: Option<Deadline>) -> Result<Order, Error> {
+    pub async fn cancel(
+        &self,
+        id: Uuid,
+        customer: &Customer,
+        deadline: Option<Deadline>,
+    ) -> Result<Order, Error> {
+        self.get(id, customer).await?;
         let now = now_ms();
         if let Some(task) = self
             .store
@@ -589,7 +670,7 @@ impl Orders {
         {
             self.run_release(&task, deadline).await?;
         }
-        self.get(id).await
+        self.get(id, customer).await
     }
 
     async fn run_release(&self, task: &Task, deadline: Option<Deadline>) -> Result<(), Error> {
@@ -767,14 +848,21 @@ mod tests {
     }
 
     fn request() -> NewOrder {
-        NewOrder::parse(OrderRequest {
-            customer_id: "c".into(),
-            items: vec![ItemRequest {
-                product_id: Uuid::new_v4().to_string(),
-                quantity: 2,
-            }],
-        })
+        NewOrder::parse(
+            OrderRequest {
+                customer_id: None,
+                items: vec![ItemRequest {
+                    product_id: Uuid::new_v4().to_string(),
+                    quantity: 2,
+                }],
+            },
+            &customer(),
+        )
         .unwrap()
+    }
+
+    fn customer() -> Customer {
+        Customer::from_subject("c").unwrap()
     }
 
     /// Places [`request`] and expects it handed to the worker (`pending`).
@@ -828,7 +916,7 @@ mod tests {
         assert_eq!(tasks.len(), 1);
         orders.run_task(&tasks[0]).await.unwrap();
         assert_eq!(
-            orders.get(order.id).await.unwrap().status,
+            orders.get(order.id, &customer()).await.unwrap().status,
             OrderStatus::Confirmed
         );
         assert_eq!(
@@ -856,16 +944,85 @@ mod tests {
             .store(false, std::sync::atomic::Ordering::SeqCst);
         orders.run_task(&tasks[0]).await.unwrap();
         assert_eq!(
-            orders.get(order.id).await.unwrap().status,
+            orders.get(order.id, &customer()).await.unwrap().status,
             OrderStatus::Confirmed
         );
         assert_eq!(*inventory.reserves.lock().unwrap(), vec![order.id]);
     }
 
     #[tokio::test]
+    async fn another_customers_order_is_not_found_and_cannot_be_cancelled() {
+        let (inventory, orders, _db, order) = placed_while_inventory_is_down().await;
+        let bob = Customer::from_subject("bob").unwrap();
+        assert!(matches!(
+            orders.get(order.id, &bob).await,
+            Err(Error::NotFound)
+        ));
+        assert!(matches!(
+            orders.cancel(order.id, &bob, None).await,
+            Err(Error::NotFound)
+        ));
+        assert!(
+            inventory.releases.lock().unwrap().is_empty(),
+            "nothing released"
+        );
+        let page = orders.of_customer(&bob, 10, None).await.unwrap();
+        assert!(page.orders.is_empty());
+        assert_eq!(
+            orders.get(order.id, &customer()).await.unwrap().status,
+            OrderStatus::Pending,
+            "unchanged"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_open_order_limit_refuses_new_placements_only() {
+        let inventory = Arc::new(Scripted::default());
+        inventory
+            .refusing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let (orders, _db) = orders(inventory.clone()).await;
+        let orders = orders.with_open_limit(OpenOrderLimit {
+            max_open: 2,
+            retry_after: 7,
+        });
+        place_pending(&orders).await;
+        place_pending(&orders).await;
+        let Attempt::Ran(refused) = orders.place(&request(), None, None).await else {
+            panic!("unkeyed")
+        };
+        assert!(
+            matches!(
+                refused,
+                Err(Error::TooManyOpenOrders {
+                    max_open: 2,
+                    retry_after: 7
+                })
+            ),
+            "{refused:?}"
+        );
+        // Another customer is not limited by c's orders.
+        let bob = NewOrder::parse(
+            OrderRequest {
+                customer_id: None,
+                items: vec![ItemRequest {
+                    product_id: Uuid::new_v4().to_string(),
+                    quantity: 1,
+                }],
+            },
+            &Customer::from_subject("bob").unwrap(),
+        )
+        .unwrap();
+        let Attempt::Ran(placed) = orders.place(&bob, None, None).await else {
+            panic!("unkeyed")
+        };
+        assert!(placed.is_ok(), "{placed:?}");
+    }
+
+    #[tokio::test]
     async fn a_reservation_that_lands_after_a_cancel_is_released() {
         let (inventory, orders, _db, order) = placed_while_inventory_is_down().await;
-        orders.cancel(order.id, None).await.unwrap();
+        orders.cancel(order.id, &customer(), None).await.unwrap();
         // A worker's reservation (started before the cancel) succeeds late.
         let status = orders
             .store()

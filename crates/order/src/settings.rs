@@ -2,6 +2,7 @@
 //! of truth for every default; [`Settings::validate`] checks every key.
 
 use serde::{Deserialize, Serialize};
+use shopeasy_identity::AuthSettings;
 use shopeasy_resilience::{
     breaker::BreakerConfig,
     budget::BudgetConfig,
@@ -43,6 +44,13 @@ pub struct OrderSettings {
     pub outbox: OutboxSettings,
     /// Idempotency keys of `POST /api/orders`.
     pub idempotency: IdempotencySettings,
+    /// How customers' bearer tokens are verified (`auth.jwks_url` or
+    /// `auth.public_key_pem`, one of them required): every `/api/orders*`
+    /// route acts for the token's `sub`, whether or not the gateway checked
+    /// it first.
+    pub auth: AuthSettings,
+    /// Per-customer limits on placing orders.
+    pub orders: OrderLimits,
 }
 
 impl Default for OrderSettings {
@@ -62,6 +70,28 @@ impl Default for OrderSettings {
             resilience: ResilienceSettings::default(),
             outbox: OutboxSettings::default(),
             idempotency: IdempotencySettings::default(),
+            auth: AuthSettings::default(),
+            orders: OrderLimits::default(),
+        }
+    }
+}
+
+/// `orders.*`: what one customer may have at once.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct OrderLimits {
+    /// Most `pending` orders one customer may have: a placement beyond it
+    /// is refused with 429 `too-many-open-orders` (OWASP API4), so one
+    /// account cannot fill the outbox while Inventory is down. Checked
+    /// before each new placement, not under a lock: concurrent placements
+    /// may overshoot it by a few.
+    pub max_open_per_customer: u32,
+}
+
+impl Default for OrderLimits {
+    fn default() -> Self {
+        Self {
+            max_open_per_customer: 20,
         }
     }
 }
@@ -465,6 +495,12 @@ impl Settings for OrderSettings {
                 1.0..=86_400.0,
             );
         });
+        self.auth.validate("auth", v);
+        v.number(
+            "orders.max_open_per_customer",
+            self.orders.max_open_per_customer,
+            1..=10_000,
+        );
     }
 }
 
@@ -473,10 +509,24 @@ mod tests {
     use super::*;
     use shopeasy_runtime::settings::{Loader, SettingsError};
 
+    /// The one key without a default: where the token keys come from.
+    const JWKS: (&str, &str) = (
+        "AUTH__JWKS_URL",
+        "http://127.0.0.1:8085/.well-known/jwks.json",
+    );
+
     #[test]
     fn defaults_are_valid_and_match_the_spec() {
-        let s: OrderSettings = Loader::new().load().unwrap();
-        assert_eq!(s, OrderSettings::default());
+        let s: OrderSettings = Loader::new().env([JWKS]).load().unwrap();
+        assert_eq!(
+            s,
+            OrderSettings {
+                auth: AuthSettings::for_jwks(JWKS.1),
+                ..OrderSettings::default()
+            }
+        );
+        assert_eq!(s.orders.max_open_per_customer, 20);
+        assert_eq!(s.auth.issuer, "shopeasy-demo");
         assert_eq!(s.process.listen_addr.port(), 8082);
         assert_eq!(s.process.admin_addr.port(), 9082);
         assert_eq!(s.inventory.url, "http://127.0.0.1:50051");
@@ -492,6 +542,7 @@ mod tests {
     fn environment_keys_follow_spec_names() {
         let s: OrderSettings = Loader::new()
             .env([
+                JWKS,
                 ("INVENTORY__URL", "http://inventory:50051"),
                 ("RESILIENCE__INVENTORY__TIMEOUT_SECONDS", "0.3"),
             ])
@@ -505,6 +556,7 @@ mod tests {
     fn bad_values_are_named() {
         let err = Loader::new()
             .env([
+                JWKS,
                 ("RESILIENCE__INVENTORY__TIMEOUT_SECONDS", "0"),
                 ("IDEMPOTENCY__RETENTION_SECONDS", "60"),
             ])
@@ -527,6 +579,7 @@ mod tests {
     fn a_breaker_window_shorter_than_two_attempts_is_refused_naming_both_keys() {
         let err = Loader::new()
             .env([
+                JWKS,
                 ("RESILIENCE__PRODUCT__TIMEOUT_SECONDS", "10"),
                 ("RESILIENCE__PRODUCT__SAMPLING_WINDOW_SECONDS", "15"),
             ])
@@ -544,6 +597,19 @@ mod tests {
             "{}",
             errors[0]
         );
+    }
+
+    #[test]
+    fn without_a_key_source_or_with_a_bad_limit_the_service_refuses_to_start() {
+        let err = Loader::new()
+            .env([("ORDERS__MAX_OPEN_PER_CUSTOMER", "0")])
+            .load::<OrderSettings>()
+            .unwrap_err();
+        let SettingsError::Invalid(errors) = err else {
+            panic!("{err}")
+        };
+        let keys: Vec<&str> = errors.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(keys, ["auth.jwks_url", "orders.max_open_per_customer"]);
     }
 
     #[test]

@@ -24,9 +24,19 @@
 //! lasting overload FIFO would serve the request that has waited longest —
 //! the one nearest its deadline, whose client is likeliest to have given up
 //! — while LIFO serves the one with the most time left, and the oldest
-//! waiters leave at their queue timeout (Facebook's "adaptive LIFO" with a
-//! CoDel-like bound on standing queue time). The unfairness is bounded by
-//! `queue_timeout`, which is short (tens of milliseconds).
+//! waiters leave at their queue timeout (Facebook's "adaptive LIFO").
+//!
+//! **Queue wait: adaptive, CoDel-style** (Facebook's "Fail at Scale": "if
+//! the queue has not been empty for the last N ms, the time spent in the
+//! queue is limited to M ms"). A queue that empties now and then is a
+//! *good* queue: it absorbs a burst, so a waiter may wait `queue_timeout`
+//! (N). A queue that has not been empty for a whole `queue_timeout` is a
+//! *standing* queue: the service is overloaded, waiting only adds latency
+//! to what will be served and to what will be refused, so every wait —
+//! including those of the waiters already queued — is cut to
+//! `standing_queue_timeout` (M, a few milliseconds). Admitted requests then
+//! wait at most M, refusals come within M, and the first moment the queue
+//! is empty again makes it a good queue.
 //!
 //! **Why written here.** `tower-acc` and `tower-resilience-adaptive` have the
 //! limit algorithms, but both wait for a permit in `poll_ready` without a
@@ -99,8 +109,12 @@ pub struct AdmissionConfig {
     pub limit: LimitConfig,
     /// How many requests may wait for a slot at once (0: none wait).
     pub queue_size: usize,
-    /// The longest a request waits for a slot.
+    /// The longest a request waits for a slot while the queue is good
+    /// (it has been empty within the last `queue_timeout`).
     pub queue_timeout: Duration,
+    /// The longest a request waits for a slot while the queue is standing
+    /// (not empty for a whole `queue_timeout`): CoDel's target.
+    pub standing_queue_timeout: Duration,
     /// The service's own deadline for a request whose caller sent none
     /// (and the cap on one that did).
     pub default_deadline: Duration,
@@ -119,6 +133,7 @@ impl Default for AdmissionConfig {
             },
             queue_size: 64,
             queue_timeout: Duration::from_secs(1),
+            standing_queue_timeout: Duration::from_millis(5),
             default_deadline: Duration::from_secs(10),
             retry_after: Duration::from_secs(1),
         }
@@ -217,8 +232,13 @@ pub struct AdmissionSnapshot {
     pub queued: usize,
     /// The most that may wait.
     pub queue_size: usize,
-    /// The longest wait, in milliseconds.
+    /// The longest wait while the queue is good, in milliseconds.
     pub queue_timeout_ms: u64,
+    /// The longest wait while it is standing, in milliseconds.
+    pub standing_queue_timeout_ms: u64,
+    /// Whether the queue is standing now (not empty for a whole
+    /// `queue_timeout`): waits are cut to `standing_queue_timeout`.
+    pub standing: bool,
     /// The recent service time, in milliseconds.
     pub expected_ms: f64,
     /// The normal service time, in milliseconds.
@@ -280,12 +300,17 @@ struct State {
     in_flight: usize,
     /// Waiters, oldest first: a freed slot goes to the last (LIFO).
     waiters: Vec<Waiter>,
+    /// Since when the queue has been non-empty without a break (`None`:
+    /// empty now).
+    busy_since: Option<Instant>,
     next_id: u64,
     counts: OutcomeCounts,
 }
 
 struct Waiter {
     id: u64,
+    /// When it joined the queue.
+    since: Instant,
     slot: oneshot::Sender<()>,
 }
 
@@ -333,6 +358,7 @@ impl Admission {
                     limit,
                     in_flight: 0,
                     waiters: Vec::new(),
+                    busy_since: None,
                     next_id: 0,
                     counts: OutcomeCounts::default(),
                 }),
@@ -370,7 +396,7 @@ impl Admission {
         let deadline = deadline.map_or(own, |d| d.earliest(own));
         let remaining = deadline.remaining_from(arrived);
 
-        let (rx, id, wait) = {
+        let (rx, id, wait, longest) = {
             let mut st = self.shared.lock();
             let limit = st.limit.limit();
             if st.in_flight < limit {
@@ -393,7 +419,13 @@ impl Admission {
                     arrived,
                 ));
             }
-            let wait = cfg.queue_timeout.min(remaining - expected);
+            let standing = st.cut_standing_queue(&cfg, arrived);
+            let longest = if standing {
+                cfg.standing_queue_timeout.min(cfg.queue_timeout)
+            } else {
+                cfg.queue_timeout
+            };
+            let wait = longest.min(remaining - expected);
             if st.waiters.len() >= cfg.queue_size || wait.is_zero() {
                 return Err(self
                     .shared
@@ -402,9 +434,14 @@ impl Admission {
             let (tx, rx) = oneshot::channel();
             let id = st.next_id;
             st.next_id += 1;
-            st.waiters.push(Waiter { id, slot: tx });
+            st.waiters.push(Waiter {
+                id,
+                since: arrived,
+                slot: tx,
+            });
+            st.busy_since.get_or_insert(arrived);
             self.shared.metrics.queued.set(st.waiters.len() as f64);
-            (rx, id, wait)
+            (rx, id, wait, longest)
         };
 
         let mut waiting = Waiting {
@@ -424,13 +461,14 @@ impl Admission {
         // happens under the lock, so after taking it the answer is final).
         let got = handed || !st.remove_waiter(id) && waiting.try_take();
         waiting.rx = None;
+        st.note_if_empty();
         self.shared.metrics.queued.set(st.waiters.len() as f64);
         if got {
             self.shared.admitted(&mut st, Outcome::Queued);
             drop(st);
             return Ok(self.permit(clock::now()));
         }
-        let reason = if wait < cfg.queue_timeout {
+        let reason = if wait < longest {
             Outcome::RefusedDeadline
         } else {
             Outcome::RefusedFull
@@ -457,8 +495,9 @@ impl Admission {
             in_flight: st.in_flight,
             queued: st.waiters.len(),
             queue_size: self.shared.config.queue_size,
-            queue_timeout_ms: u64::try_from(self.shared.config.queue_timeout.as_millis())
-                .unwrap_or(u64::MAX),
+            queue_timeout_ms: millis(self.shared.config.queue_timeout),
+            standing_queue_timeout_ms: millis(self.shared.config.standing_queue_timeout),
+            standing: st.is_standing(&self.shared.config, clock::now()),
             expected_ms: st.limit.expected().as_secs_f64() * 1e3,
             baseline_ms: st.limit.baseline().as_secs_f64() * 1e3,
             requests: st.counts,
@@ -471,6 +510,10 @@ impl Admission {
             start,
         }
     }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A queued request's place; leaving (dropped while waiting: the caller
@@ -496,11 +539,44 @@ impl Drop for Waiting<'_> {
         if !st.remove_waiter(self.id) && self.try_take() {
             self.shared.release(&mut st, None);
         }
+        st.note_if_empty();
         self.shared.metrics.queued.set(st.waiters.len() as f64);
     }
 }
 
 impl State {
+    /// Whether the queue has been non-empty for a whole `queue_timeout`.
+    fn is_standing(&self, cfg: &AdmissionConfig, now: Instant) -> bool {
+        self.busy_since
+            .is_some_and(|t| now.saturating_duration_since(t) >= cfg.queue_timeout)
+    }
+
+    /// When the queue is standing, refuses every waiter that has waited
+    /// `standing_queue_timeout` or longer (dropping its sender wakes it with
+    /// a refusal), so waits already granted under a good queue are cut too.
+    /// Returns whether the queue is standing.
+    fn cut_standing_queue(&mut self, cfg: &AdmissionConfig, now: Instant) -> bool {
+        if !self.is_standing(cfg, now) {
+            return false;
+        }
+        // Oldest first: the waiters to cut are a prefix.
+        let old = self
+            .waiters
+            .iter()
+            .take_while(|w| now.saturating_duration_since(w.since) >= cfg.standing_queue_timeout)
+            .count();
+        self.waiters.drain(..old);
+        self.note_if_empty();
+        true
+    }
+
+    /// An empty queue is a good queue again.
+    fn note_if_empty(&mut self) {
+        if self.waiters.is_empty() {
+            self.busy_since = None;
+        }
+    }
+
     fn remove_waiter(&mut self, id: u64) -> bool {
         match self.waiters.iter().position(|w| w.id == id) {
             Some(i) => {
@@ -554,6 +630,7 @@ impl Shared {
                 st.in_flight += 1;
             }
         }
+        st.note_if_empty();
         self.metrics.in_flight.set(st.in_flight as f64);
         self.metrics.queued.set(st.waiters.len() as f64);
     }

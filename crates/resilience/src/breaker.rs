@@ -46,6 +46,10 @@ use crate::window::{SHARDS, SlidingWindow};
 /// Slots in the sampling window (a power of two).
 const SLOTS: u32 = 16;
 
+/// The transitions counter, `{target,state}`: one series per state from
+/// the breaker's creation on.
+pub const TRANSITIONS_TOTAL: &str = "shopeasy_downstream_circuit_transitions_total";
+
 /// A circuit breaker's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct BreakerConfig {
@@ -259,9 +263,22 @@ struct Shared {
 }
 
 impl BreakerHandle {
-    /// A closed breaker for `target` (the metrics label).
+    /// A closed breaker for `target` (the metrics label). Its state gauge
+    /// is set to closed and its transition counters are registered at 0 for
+    /// every state, so a dashboard shows "0 transitions" for a healthy
+    /// target rather than no data until its first trouble.
     pub fn new(target: &'static str, config: BreakerConfig) -> Self {
         metrics::gauge!("shopeasy_downstream_circuit_state", "target" => target).set(0.0);
+        for state in [State::Closed, State::Open, State::HalfOpen] {
+            // Adding 0 registers the series without counting anything: a
+            // second breaker of the same target keeps the counts.
+            metrics::counter!(
+                TRANSITIONS_TOTAL,
+                "target" => target,
+                "state" => state.as_str()
+            )
+            .increment(0);
+        }
         Self {
             shared: Arc::new(Shared {
                 target,
@@ -394,7 +411,7 @@ impl Shared {
         self.state.store(state as u8, Ordering::Release);
         self.transitions[state as usize].fetch_add(1, Ordering::Relaxed);
         metrics::counter!(
-            "shopeasy_downstream_circuit_transitions_total",
+            TRANSITIONS_TOTAL,
             "target" => self.target,
             "state" => state.as_str()
         )

@@ -224,6 +224,17 @@ where
             Service<Req, Response = Res, Error = BoxError> + Clone + Send + Sync + 'static,
         <Composed<S, P, C> as Service<Req>>::Future: Send + 'static,
     {
+        // The duration histogram of the `ok` outcome is registered now (the
+        // exporter renders it with zero observations), so the edge's
+        // request-rate panel shows 0 before the first call. Failure outcomes
+        // appear on their first call: a histogram series costs a line per
+        // bucket, and the breaker and retry counters already show the
+        // failure side at 0 from here on.
+        let _ = metrics::histogram!(
+            REQUEST_DURATION,
+            "target" => config.target,
+            "outcome" => Outcome::Ok.as_str(),
+        );
         let breaker = BreakerHandle::new(config.target, config.breaker);
         let retry = RetryLayer::new(
             policy,
@@ -390,6 +401,39 @@ mod tests {
         let req = Call::with_deadline((), Some(Deadline::after(Duration::ZERO)));
         let err = client.call(req, |()| Outcome::Ok).await.unwrap_err();
         assert!(matches!(err, EdgeError::DeadlineExceeded), "{err}");
+    }
+
+    #[test]
+    fn a_new_edge_registers_its_series_before_any_call() {
+        let rec = crate::test_recorder::Registered::default();
+        let _guard = metrics::set_default_local_recorder(&rec);
+        let config = EdgeConfig::new("inventory", Duration::from_secs(1));
+        let budget = RetryBudget::for_target("inventory", BudgetConfig::default());
+        let transport = tower::service_fn(|_call: Call<()>| async { Ok::<(), BoxError>(()) });
+        let _client = EdgeClient::new(&config, budget, Always, ErrorsAreFailures, transport);
+        let series = rec.series();
+        let mut expected = vec![
+            r#"gauge shopeasy_downstream_circuit_state{target="inventory"}"#.to_owned(),
+            r#"gauge shopeasy_downstream_retry_budget_balance{target="inventory"}"#.to_owned(),
+            r#"counter shopeasy_downstream_throttled_total{target="inventory"}"#.to_owned(),
+            r#"histogram shopeasy_downstream_request_duration_seconds{target="inventory",outcome="ok"}"#
+                .to_owned(),
+        ];
+        for state in ["closed", "open", "half_open"] {
+            expected.push(format!(
+                r#"counter shopeasy_downstream_circuit_transitions_total{{target="inventory",state="{state}"}}"#
+            ));
+        }
+        for outcome in crate::retry::RETRY_OUTCOMES {
+            expected.push(format!(
+                r#"counter shopeasy_downstream_retries_total{{target="inventory",outcome="{}"}}"#,
+                outcome.as_str()
+            ));
+        }
+        for want in &expected {
+            assert!(series.contains(want), "{want} missing from {series:#?}");
+        }
+        assert_eq!(series.len(), expected.len(), "{series:#?}");
     }
 
     #[tokio::test]

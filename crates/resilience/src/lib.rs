@@ -125,6 +125,8 @@ pub mod registry;
 pub mod retry;
 pub mod single_flight;
 pub mod stale_cache;
+#[cfg(test)]
+mod test_recorder;
 pub mod throttle;
 pub mod timeout;
 mod window;

@@ -44,6 +44,17 @@ use crate::deadline::{Deadline, HasDeadline};
 use crate::error::{BoxError, is_rejected, is_timeout};
 use crate::outcome::Outcome;
 
+/// The retry decisions counter, `{target,outcome}`.
+pub const RETRIES_TOTAL: &str = "shopeasy_downstream_retries_total";
+
+/// The `outcome` values of [`RETRIES_TOTAL`]: the retry half of [`Outcome`].
+pub const RETRY_OUTCOMES: [Outcome; 4] = [
+    Outcome::Retried,
+    Outcome::BudgetExhausted,
+    Outcome::DeadlineExhausted,
+    Outcome::AttemptsExhausted,
+];
+
 /// What a policy says about one attempt's result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -287,7 +298,7 @@ impl<P> Config<P> {
 
     fn count(&self, outcome: Outcome) {
         metrics::counter!(
-            "shopeasy_downstream_retries_total",
+            RETRIES_TOTAL,
             "target" => self.target,
             "outcome" => outcome.as_str()
         )
@@ -312,7 +323,8 @@ impl<P> Clone for RetryLayer<P> {
 impl<P> RetryLayer<P> {
     /// Retries what `policy` calls transient, at most `max_retries` times,
     /// each taken from `budget`, after `backoff`; `target` labels the
-    /// metrics and spans.
+    /// metrics and spans. Every [`RETRY_OUTCOMES`] series of `target` is
+    /// registered at 0 here, so "no retries yet" shows as 0, not no data.
     pub fn new(
         policy: P,
         budget: RetryBudget,
@@ -320,6 +332,14 @@ impl<P> RetryLayer<P> {
         max_retries: u32,
         target: &'static str,
     ) -> Self {
+        for outcome in RETRY_OUTCOMES {
+            metrics::counter!(
+                RETRIES_TOTAL,
+                "target" => target,
+                "outcome" => outcome.as_str()
+            )
+            .increment(0);
+        }
         Self {
             config: Arc::new(Config {
                 policy,

@@ -209,10 +209,16 @@ where
         Fut: Future<Output = Result<V, CacheError>> + Send + 'static,
     {
         let fetch: Fetch<K, V> = Arc::new(move |k| Box::pin(fetch(k)));
+        let metric = format!("{}_requests_total", config.name);
+        // Every result at 0 from the start: a hit ratio panel has a series
+        // before the first lookup, and "0 stale" is shown, not no data.
+        for result in RESULTS {
+            metrics::counter!(metric.clone(), "result" => result).increment(0);
+        }
         Self {
             inner: Arc::new(Inner {
                 config,
-                metric: format!("{}_requests_total", config.name),
+                metric,
                 entries: Mutex::new(HashMap::new()),
                 flights: SingleFlight::new(config.fetch_timeout),
                 fetch,
@@ -337,5 +343,26 @@ where
             "ttl_seconds": cfg.ttl.as_secs_f64(),
             "max_staleness_seconds": cfg.max_staleness.as_secs_f64(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_cache_registers_every_result_before_any_lookup() {
+        let rec = crate::test_recorder::Registered::default();
+        let _guard = metrics::set_default_local_recorder(&rec);
+        let config = CacheConfig {
+            name: "shopeasy_stock_cache",
+            ..CacheConfig::default()
+        };
+        let _cache: StaleCache<u32, u32> = StaleCache::new(config, |k| async move { Ok(k) });
+        let want: Vec<String> = RESULTS
+            .iter()
+            .map(|r| format!(r#"counter shopeasy_stock_cache_requests_total{{result="{r}"}}"#))
+            .collect();
+        assert_eq!(rec.series(), want);
     }
 }

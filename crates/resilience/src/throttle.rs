@@ -227,8 +227,10 @@ pub struct ThrottleHandle {
 }
 
 impl ThrottleHandle {
-    /// A throttle for `target` (its metric label and report name).
+    /// A throttle for `target` (its metric label and report name); its
+    /// [`THROTTLED_TOTAL`] series is registered at 0.
     pub fn new(target: &'static str, config: ThrottleConfig) -> Self {
+        metrics::counter!(THROTTLED_TOTAL, "target" => target).increment(0);
         Self {
             state: Arc::new(State {
                 target,

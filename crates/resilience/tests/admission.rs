@@ -23,6 +23,7 @@ fn fixed(limit: usize, queue_size: usize) -> AdmissionConfig {
         },
         queue_size,
         queue_timeout: Duration::from_millis(50),
+        standing_queue_timeout: Duration::from_millis(5),
         default_deadline: Duration::from_secs(10),
         retry_after: Duration::from_secs(2),
     }
@@ -272,4 +273,111 @@ async fn the_layer_reads_the_callers_deadline_from_its_headers() {
         assert_eq!(res.headers()["grpc-status"], "8");
     }
     assert_eq!(a.snapshot().requests.refused_deadline, 2);
+}
+
+/// Spawns a request arriving `at` after `t0`; it resolves to when it was
+/// answered (from `t0`) and whether it was admitted (its permit is held
+/// for `hold`, then completed).
+fn arrive(
+    a: &Admission,
+    t0: Instant,
+    at: Duration,
+    hold: Duration,
+) -> tokio::task::JoinHandle<(Duration, Result<(), Outcome>)> {
+    let a = a.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep_until(t0 + at).await;
+        let r = a.acquire(None).await;
+        let answered = t0.elapsed();
+        match r {
+            Ok(p) => {
+                tokio::time::sleep(hold).await;
+                p.complete();
+                (answered, Ok(()))
+            }
+            Err(refusal) => (answered, Err(refusal.reason)),
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_standing_queue_cuts_every_wait_to_its_target_and_an_emptied_queue_is_good_again() {
+    // One slot, a 50 ms good-queue wait, a 5 ms standing-queue wait.
+    let a = Admission::new("t", fixed(1, 64));
+    let t0 = Instant::now();
+    let held = a.acquire(None).await.unwrap();
+    let ms = Duration::from_millis;
+    let first = arrive(&a, t0, ms(0), ms(0));
+    let second = arrive(&a, t0, ms(30), ms(0));
+    // At 50 ms `first` leaves at its (good-queue) timeout, but `second` is
+    // still waiting: the queue has not been empty for 50 ms — standing.
+    let third = arrive(&a, t0, ms(55), ms(0));
+    let (at, r) = first.await.unwrap();
+    assert_eq!(
+        (at, r),
+        (ms(50), Err(Outcome::RefusedFull)),
+        "a burst waits the full 50 ms"
+    );
+    assert!(a.snapshot().standing, "not empty for 50 ms: standing");
+    // `third`'s arrival at 55 ms cuts `second`, who had been granted 50 ms
+    // (until 80 ms), to its 5 ms target: refused at once, at 55 ms.
+    let (at, r) = second.await.unwrap();
+    assert_eq!(
+        (at, r),
+        (ms(55), Err(Outcome::RefusedFull)),
+        "an old wait is cut"
+    );
+    // `third` itself may wait only 5 ms: a slot freed within them admits it.
+    tokio::time::sleep_until(t0 + ms(57)).await;
+    drop(held);
+    let (at, r) = third.await.unwrap();
+    assert_eq!(
+        (at, r),
+        (ms(57), Ok(())),
+        "admitted within the standing target"
+    );
+    // The queue emptied: it is a good queue again, and a waiter may wait
+    // the full 50 ms once more — while a waiter in a standing queue gets 5.
+    assert!(!a.snapshot().standing);
+    let held = a.acquire(None).await.unwrap();
+    let now = t0.elapsed();
+    let fourth = arrive(&a, t0, now, ms(0));
+    let (at, r) = fourth.await.unwrap();
+    assert_eq!((at - now, r), (ms(50), Err(Outcome::RefusedFull)));
+    drop(held);
+    let s = a.snapshot();
+    assert_eq!((s.requests.refused_full, s.requests.queued), (3, 1));
+    assert_eq!((s.queue_timeout_ms, s.standing_queue_timeout_ms), (50, 5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_lasting_overload_every_answer_comes_within_the_standing_target() {
+    // One slot held 10 ms per request; a request every 2 ms for a second:
+    // five times what it can serve.
+    let a = Admission::new("t", fixed(1, 64));
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let calls: Vec<_> = (0..500u64)
+        .map(|i| (ms(i * 2), arrive(&a, t0, ms(i * 2), ms(10))))
+        .collect();
+    let mut waits = Vec::new();
+    let mut admitted = 0;
+    for (at, call) in calls {
+        let (answered, r) = call.await.unwrap();
+        if at >= ms(200) {
+            // After the first good-queue timeout has passed with the queue
+            // never empty, no one waits longer than the target.
+            waits.push(answered - at);
+        }
+        admitted += usize::from(r.is_ok());
+    }
+    let longest = waits.iter().max().copied().unwrap_or_default();
+    assert!(
+        longest <= ms(5),
+        "longest wait in a standing queue: {longest:?}"
+    );
+    assert!(
+        admitted >= 90,
+        "the one slot stays busy: {admitted} admitted of 500"
+    );
 }

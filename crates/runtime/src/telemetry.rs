@@ -233,6 +233,10 @@ impl tracing::field::Visit for Said {
     }
 }
 
+/// How often histogram observations are folded into their histograms when
+/// nobody scrapes (memory stays bounded by what arrives in this interval).
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
 /// The process's Prometheus recorder, installed on first use.
 ///
 /// Every request-duration histogram (names ending in `_duration_seconds`)
@@ -252,6 +256,25 @@ pub fn prometheus() -> PrometheusHandle {
             // Fails only when another recorder was installed first (a test
             // harness, say); the handle still renders what it records.
             let _ = metrics::set_global_recorder(recorder);
+            // The recorder keeps every histogram observation in a bucket
+            // until it is folded into the histogram: by a scrape, or by
+            // upkeep. `build_recorder` (unlike `install`) runs no upkeep, so
+            // a process nobody scrapes held every request's latency sample
+            // forever (issue 14: the launcher's RSS grew under steady load
+            // and stayed there). One small thread, runtime-independent,
+            // folds them every few seconds.
+            let upkeep = handle.clone();
+            let _ = std::thread::Builder::new()
+                .name("metrics-upkeep".into())
+                .spawn(move || {
+                    loop {
+                        // Its own thread, not a runtime worker, and no
+                        // test's clock is involved: a plain sleep is right.
+                        #[allow(clippy::disallowed_methods)]
+                        std::thread::sleep(UPKEEP_INTERVAL);
+                        upkeep.run_upkeep();
+                    }
+                });
             handle
         })
         .clone()
@@ -353,6 +376,45 @@ mod tests {
     }
 
     #[test]
+    fn series_registered_at_zero_render_before_any_event() {
+        let handle = super::prometheus();
+        super::register_at_zero(
+            "shopeasy_telemetry_zero_total",
+            Some("shopeasy_telemetry_zero_duration_seconds"),
+            &[&[("outcome", "ok")], &[("outcome", "failed")]],
+        );
+        super::register_http_routes("zero-selftest", &[("GET", "/zero/{id}", "200")]);
+        let text = handle.render();
+        for line in [
+            "shopeasy_telemetry_zero_total{outcome=\"ok\"} 0",
+            "shopeasy_telemetry_zero_total{outcome=\"failed\"} 0",
+            "shopeasy_telemetry_zero_duration_seconds_bucket{outcome=\"ok\",le=\"0.001\"} 0",
+            "shopeasy_telemetry_zero_duration_seconds_count{outcome=\"failed\"} 0",
+            "shopeasy_http_server_requests_total{service=\"zero-selftest\",route=\"/zero/{id}\",method=\"GET\",status=\"200\"} 0",
+            "shopeasy_http_server_requests_total{service=\"zero-selftest\",route=\"/zero/{id}\",method=\"GET\",status=\"500\"} 0",
+            "shopeasy_http_server_request_duration_seconds_count{service=\"zero-selftest\",route=\"/zero/{id}\",method=\"GET\",status=\"200\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
+        assert!(
+            !text.contains("shopeasy_http_server_request_duration_seconds_count{service=\"zero-selftest\",route=\"/zero/{id}\",method=\"GET\",status=\"500\"}"),
+            "no histogram for the failure counter: {text}"
+        );
+        // Registering again counts nothing.
+        metrics::counter!("shopeasy_telemetry_zero_total", "outcome" => "ok").increment(2);
+        super::register_at_zero(
+            "shopeasy_telemetry_zero_total",
+            None,
+            &[&[("outcome", "ok")]],
+        );
+        assert!(
+            handle
+                .render()
+                .contains("shopeasy_telemetry_zero_total{outcome=\"ok\"} 2")
+        );
+    }
+
+    #[test]
     fn prometheus_renders_recorded_metrics() {
         let handle = super::prometheus();
         metrics::counter!("shopeasy_telemetry_selftest_total").increment(3);
@@ -368,6 +430,75 @@ mod tests {
         );
     }
 }
+
+/// Registers series at zero, before anything happened: for each label set
+/// of `label_sets`, the counter `counter` (incremented by 0) and, when
+/// given, the histogram `histogram` (rendered with no observations).
+///
+/// Why: the Prometheus exporter renders a series only once it is
+/// registered, so a counter that is first touched by its first event is
+/// missing — a dashboard shows "No data" on a healthy, freshly started
+/// system (and a ratio over a missing numerator shows nothing at all).
+/// Call it at start-up, after the recorder is installed ([`prometheus`];
+/// the lifecycle installs it before `Service::build`), with every label
+/// value known then. Calling it again changes no count.
+pub fn register_at_zero(
+    counter: &'static str,
+    histogram: Option<&'static str>,
+    label_sets: &[&[(&'static str, &'static str)]],
+) {
+    for labels in label_sets {
+        let labels: Vec<metrics::Label> = labels
+            .iter()
+            .map(|(k, v)| metrics::Label::new(*k, *v))
+            .collect();
+        metrics::counter!(counter, labels.clone()).increment(0);
+        if let Some(histogram) = histogram {
+            let _ = metrics::histogram!(histogram, labels);
+        }
+    }
+}
+
+/// [`register_at_zero`] for the request metrics of [`observe_http`]:
+/// `shopeasy_http_server_requests_total` and its duration histogram for
+/// `service` (the name given to [`observe_http`]) and each
+/// `(method, route, status)` of `routes` — a route as the router matches it
+/// (`/api/orders/{id}`) with the status it answers when all is well
+/// (`"200"`, `"201"`), plus one `status="500"` counter per route so an
+/// error-ratio query has a numerator (0) from the start.
+///
+/// ```ignore
+/// telemetry::register_http_routes("shopeasy-order", &[
+///     ("POST", "/api/orders", "201"),
+///     ("GET", "/api/orders/{id}", "200"),
+/// ]);
+/// ```
+pub fn register_http_routes(
+    service: &'static str,
+    routes: &[(&'static str, &'static str, &'static str)],
+) {
+    for &(method, route, status) in routes {
+        let ok = [
+            ("service", service),
+            ("route", route),
+            ("method", method),
+            ("status", status),
+        ];
+        register_at_zero(HTTP_REQUESTS_TOTAL, Some(HTTP_REQUEST_DURATION), &[&ok]);
+        let failed = [
+            ("service", service),
+            ("route", route),
+            ("method", method),
+            ("status", "500"),
+        ];
+        register_at_zero(HTTP_REQUESTS_TOTAL, None, &[&failed]);
+    }
+}
+
+/// The request counter of [`observe_http`].
+pub const HTTP_REQUESTS_TOTAL: &str = "shopeasy_http_server_requests_total";
+/// The request-duration histogram of [`observe_http`].
+pub const HTTP_REQUEST_DURATION: &str = "shopeasy_http_server_request_duration_seconds";
 
 /// Reads W3C trace context from HTTP headers (for the propagator).
 #[derive(Debug)]
@@ -452,8 +583,7 @@ pub async fn observe_http(
         ("method", method),
         ("status", status),
     ];
-    metrics::counter!("shopeasy_http_server_requests_total", &labels).increment(1);
-    metrics::histogram!("shopeasy_http_server_request_duration_seconds", &labels)
-        .record(started.elapsed().as_secs_f64());
+    metrics::counter!(HTTP_REQUESTS_TOTAL, &labels).increment(1);
+    metrics::histogram!(HTTP_REQUEST_DURATION, &labels).record(started.elapsed().as_secs_f64());
     response
 }

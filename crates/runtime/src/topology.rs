@@ -106,6 +106,13 @@ pub const ORDER: Node = Node::new("order", "shopeasy-order", "http", 8082, 9082)
 pub const INVENTORY: Node =
     Node::new("inventory", "shopeasy-inventory", "grpc", 50051, 9083).calling(&["postgres"]);
 
+/// The demo issuer (`shopeasy-identity`): signs demo customers' tokens and
+/// serves its JWKS, for the one-command system and compose only. It is not
+/// one of [`SERVICES`] — a real deployment points `auth.jwks_url` at its own
+/// OIDC provider instead — so nothing that walks the four services (edges,
+/// fault proxies, Kubernetes base) grows a fifth.
+pub const IDENTITY: Node = Node::new("identity", "shopeasy-identity", "http", 8085, 9085);
+
 /// The four services in SPEC §1's order.
 pub const SERVICES: [&Node; 4] = [&GATEWAY, &PRODUCT, &ORDER, &INVENTORY];
 

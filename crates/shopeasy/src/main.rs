@@ -14,8 +14,10 @@ use shopeasy_runtime::settings::common::LogSettings;
 /// (:9080–:9083), SQLite databases under --data-dir, in-process caches, a
 /// fault proxy on every service-to-service edge (gateway-product,
 /// gateway-order, order-inventory, order-product) and the
-/// Toxiproxy-compatible API on :8474 to break them. Stops cleanly on Ctrl-C
-/// or SIGTERM.
+/// Toxiproxy-compatible API on :8474 to break them, and a demo issuer
+/// (:8085, loopback) whose tokens order and the gateway verify; customers sign
+/// in with `POST /api/session` through the gateway or `shopeasy token NAME`.
+/// Stops cleanly on Ctrl-C or SIGTERM.
 #[derive(Debug, Parser)]
 #[command(
     name = "shopeasy",
@@ -25,13 +27,15 @@ use shopeasy_runtime::settings::common::LogSettings;
 services knows reaches it; an unknown key is an error. Every key is listed in \
 deploy/SETTINGS.md.\n\nExamples:\n  shopeasy                          run everything\n  \
 shopeasy --data-dir /tmp/shop     keep the databases elsewhere\n  \
-shopeasy load --rate 200 --duration 30 --p99 250   load a running system\n  \
+TOKEN=$(shopeasy token alice)     sign in as the demo customer alice\n  \
+shopeasy load --rate 200 --duration 30 --p99 250   load a running system (as 1000 signed-in demo customers)\n  \
 shopeasy load --sweep --inventory http://127.0.0.1:50051   the overload curve (bench/overload.sh)"
 )]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
-    /// Folder of the SQLite databases (kept across restarts).
+    /// Folder of the SQLite databases and the demo issuer's signing key
+    /// (kept across restarts).
     #[arg(long, value_name = "DIR", default_value = ".shopeasy", global = true)]
     data_dir: PathBuf,
     /// Settings file (TOML, YAML or JSON) read by every service.
@@ -46,7 +50,15 @@ struct Cli {
 enum Command {
     /// Send an open-loop load to a running ShopEasy and print a summary
     /// (exit 1 when a gate fails).
-    Load(LoadArgs),
+    Load(Box<LoadArgs>),
+    /// Print a demo access token for CUSTOMER (only the token, so
+    /// `TOKEN=$(shopeasy token alice)` works), signed with the demo
+    /// issuer's key in --data-dir (created when absent). The system need
+    /// not be running; a running one with the same --data-dir accepts it.
+    Token {
+        /// The demo customer: 1 to 32 characters of a-z, 0-9, _ and -.
+        customer: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -57,6 +69,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Some(Command::Load(args)) => runtime.block_on(run_load(&args)),
+        Some(Command::Token { customer }) => token(&cli.data_dir, cli.config, &customer),
         None => runtime.block_on(run_system(cli)),
     }
 }
@@ -103,11 +116,44 @@ async fn run_system(cli: Cli) -> ExitCode {
     }
 }
 
+/// `shopeasy token CUSTOMER`: exit 2 for a bad name (a usage error, like
+/// clap's), 1 when the key or the settings are unusable.
+fn token(data_dir: &std::path::Path, config: Option<PathBuf>, customer: &str) -> ExitCode {
+    use shopeasy_identity::{DemoIssuer, demo::CustomerName};
+    if let Err(e) = CustomerName::parse(customer) {
+        eprintln!("shopeasy token: {customer:?}: {e}");
+        return ExitCode::from(2);
+    }
+    let mut options = Options::new(data_dir);
+    options.config = config;
+    let issued = shopeasy::system::demo_issuer_config(&options)
+        .and_then(|config| Ok(DemoIssuer::open(data_dir, config)?))
+        .and_then(|issuer| Ok(issuer.issue(customer)?));
+    match issued {
+        Ok(token) => {
+            println!("{}", token.access_token);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("shopeasy token: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 async fn run_load(args: &LoadArgs) -> ExitCode {
     // An open-loop generator holds a connection per outstanding request.
     let _ = shopeasy_runtime::lifecycle::raise_fd_limit();
     if args.sweep.sweep {
-        return match load::sweep::run(&args.target, &args.sweep, args.quiet).await {
+        return match load::sweep::run(
+            &args.target,
+            &args.sweep,
+            &args.sign_in,
+            args.seed,
+            args.quiet,
+        )
+        .await
+        {
             Ok(sweep) => {
                 println!("capacity {:.0}/s", sweep.capacity);
                 for step in &sweep.steps {

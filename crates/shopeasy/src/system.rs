@@ -14,16 +14,26 @@
 //! service with `lifecycle`'s one handle. Each proxy listens on an ephemeral
 //! loopback port and is named after its edge; the Toxiproxy-compatible API
 //! (default :8474) breaks and heals them.
+//!
+//! Beside them runs the **demo issuer** (`topology::IDENTITY`, :8085 on
+//! loopback): the identity crate's `DemoIssuer`, its Ed25519 key in the data
+//! folder. Order and the gateway verify customers' tokens against its JWKS
+//! (`auth.jwks_url`, unless the settings name a key source of their own),
+//! and the gateway routes `POST /api/session` to it, so a customer signs in
+//! through the one address clients use. It is a demo: it signs for any
+//! plausible name, with no password.
 
 use std::{
     collections::HashMap,
     net::{IpAddr, Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
+    time::Duration,
 };
 
 use anyhow::Context;
 use shopeasy_faults::{FaultProxy, Proxies, ProxyConfig};
 use shopeasy_gateway::settings::GatewaySettings;
+use shopeasy_identity::{DemoIssuer, DemoIssuerConfig, demo::JWKS_PATH};
 use shopeasy_inventory::settings::InventorySettings;
 use shopeasy_order::settings::OrderSettings;
 use shopeasy_product::settings::ProductSettings;
@@ -90,10 +100,57 @@ impl Options {
     /// Puts `node`'s listeners on loopback: its topology ports, or
     /// ephemeral ones for tests.
     fn place(&self, process: &mut ProcessSettings, node: &Node) {
-        let port = |port| if self.ephemeral_ports { 0 } else { port };
-        let on = |p| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port(p));
-        process.listen_addr = on(node.public_port);
-        process.admin_addr = on(node.admin_port);
+        process.listen_addr = self.on_loopback(node.public_port);
+        process.admin_addr = self.on_loopback(node.admin_port);
+    }
+
+    /// `port` on loopback, or an ephemeral port for tests.
+    fn on_loopback(&self, port: u16) -> SocketAddr {
+        let port = if self.ephemeral_ports { 0 } else { port };
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)
+    }
+
+    /// Where the demo issuer listens: `topology::IDENTITY`'s public port on
+    /// loopback (never another interface: it signs for anyone who asks).
+    fn issuer_addr(&self) -> SocketAddr {
+        self.on_loopback(topology::IDENTITY.public_port)
+    }
+
+    /// True when the environment or the settings file names a key source of
+    /// its own (`auth.jwks_url` or `auth.public_key_pem`, directly or as a
+    /// `_FILE` variable): then the services verify against that, and the
+    /// launcher does not point them at its demo issuer.
+    fn names_key_source(&self) -> bool {
+        let in_env = self.env.iter().any(|(name, value)| {
+            !value.is_empty()
+                && [
+                    "AUTH__JWKS_URL",
+                    "AUTH__PUBLIC_KEY_PEM",
+                    "AUTH__JWKS_URL_FILE",
+                    "AUTH__PUBLIC_KEY_PEM_FILE",
+                ]
+                .contains(&name.as_str())
+        });
+        // A coarse look at the file (TOML, YAML or JSON): a key source in it
+        // wins the same way; the loader still checks what it says.
+        let in_file = self.config.as_ref().is_some_and(|file| {
+            std::fs::read_to_string(file)
+                .is_ok_and(|text| text.contains("jwks_url") || text.contains("public_key_pem"))
+        });
+        in_env || in_file
+    }
+
+    /// The environment the services are loaded with: `env`, after the demo
+    /// issuer's JWKS as `auth.jwks_url` unless a key source is named (so
+    /// the services' "a key source is required" rule holds before the
+    /// issuer listens; its bound address replaces this one at start).
+    fn service_env(&self) -> Vec<(String, String)> {
+        let mut env = Vec::with_capacity(self.env.len() + 1);
+        if !self.names_key_source() {
+            env.push(("AUTH__JWKS_URL".to_owned(), jwks_url(self.issuer_addr())));
+        }
+        env.extend(self.env.iter().cloned());
+        env
     }
 
     fn sqlite(&self, service: &str) -> SecretUrl {
@@ -111,7 +168,7 @@ impl Options {
         // (`settings::credential`) do not apply to what it loads.
         let mut loader = Loader::new()
             .embedded_demo()
-            .env(self.env.clone())
+            .env(self.service_env())
             .tolerate(all_keys());
         if let Some(file) = &self.config {
             loader = loader.file(file);
@@ -130,6 +187,31 @@ pub fn random_token() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The demo issuer's JWKS URL when it listens on `addr`.
+fn jwks_url(addr: SocketAddr) -> String {
+    format!("http://{addr}{JWKS_PATH}")
+}
+
+/// What the demo issuer puts in its tokens: the `iss` and `aud` Order
+/// verifies (`auth.issuer`, `auth.audience` as `options` load them), so a
+/// changed `AUTH__ISSUER` changes both sides; `shopeasy token` and the
+/// embedded system use this one function, so their tokens are alike.
+///
+/// # Errors
+/// Invalid settings (as [`check_settings`] reports them).
+pub fn demo_issuer_config(options: &Options) -> anyhow::Result<DemoIssuerConfig> {
+    let order: OrderSettings = options.load(topology::ORDER.name)?;
+    Ok(issuer_config(&order))
+}
+
+fn issuer_config(order: &OrderSettings) -> DemoIssuerConfig {
+    DemoIssuerConfig {
+        issuer: order.auth.issuer.clone(),
+        audience: order.auth.audience.clone(),
+        ..DemoIssuerConfig::default()
+    }
+}
+
 /// The keys of every service the launcher runs.
 fn all_keys() -> Vec<String> {
     let mut keys = settings::keys::<GatewaySettings>();
@@ -145,6 +227,9 @@ struct Loaded {
     product: ProductSettings,
     order: OrderSettings,
     inventory: InventorySettings,
+    /// Order and the gateway verify against the demo issuer's JWKS (no key
+    /// source of their own was named).
+    demo_auth: bool,
 }
 
 impl Loaded {
@@ -157,6 +242,7 @@ impl Loaded {
             product: options.load(topology::PRODUCT.name)?,
             order: options.load(topology::ORDER.name)?,
             inventory: options.load(topology::INVENTORY.name)?,
+            demo_auth: !options.names_key_source(),
         };
         let plan = crate::policy::check_chain(&loaded.gateway, &loaded.order)
             .context("the resilience policy of gateway → order → inventory")?;
@@ -184,11 +270,22 @@ pub struct System {
     pub proxies: Proxies,
     /// The admin token every service accepts.
     pub admin_token: String,
+    /// The demo issuer (`GET /.well-known/jwks.json`, `POST /api/session`);
+    /// clients sign in through the gateway's `/api/session` instead.
+    pub identity: SocketAddr,
+    /// The data folder (databases and the demo issuer's key).
+    pub data_dir: PathBuf,
+    /// Order and the gateway verify against the demo issuer.
+    demo_auth: bool,
     /// The services, in the order they were wired.
     services: Vec<Running>,
     shutdown: CancellationToken,
     faults_task: JoinHandle<anyhow::Result<()>>,
+    issuer_task: JoinHandle<anyhow::Result<()>>,
 }
+
+/// How long the demo issuer lets in-flight sign-ins finish at shutdown.
+const ISSUER_DRAIN: Duration = Duration::from_secs(5);
 
 /// The addresses (public, admin) of each started service, and the proxies
 /// put in front of them as their callers start.
@@ -227,14 +324,18 @@ impl Wiring<'_> {
 }
 
 impl System {
-    /// Starts the four services in the topology's wiring order, a fault
-    /// proxy on each of their edges, and the fault API, and seeds the demo
-    /// catalogue on first start.
+    /// Starts the demo issuer, then the four services in the topology's
+    /// wiring order, a fault proxy on each of their edges, and the fault
+    /// API, and seeds the demo catalogue on first start.
     ///
     /// # Errors
-    /// Invalid settings, a port in use (named in the error), or a service
-    /// that fails to start.
+    /// Invalid settings, an unusable demo issuer key, a port in use (named
+    /// in the error), or a service that fails to start.
     pub async fn start(options: Options) -> anyhow::Result<Self> {
+        let loaded = Loaded::load(&options)?;
+        // The key first: on a first run it creates the data folder 0700.
+        let issuer = DemoIssuer::open(&options.data_dir, issuer_config(&loaded.order))
+            .context("the demo issuer's signing key")?;
         std::fs::create_dir_all(&options.data_dir).with_context(|| {
             format!(
                 "cannot create the data folder {}",
@@ -245,8 +346,23 @@ impl System {
         // Order's credential at Inventory: new every run, known only to
         // this process.
         let service_token = Secret::new(random_token());
-        let loaded = Loaded::load(&options)?;
         let shutdown = CancellationToken::new();
+        // A start that fails half-way stops what it had started (the
+        // issuer, services, proxies' users) instead of leaving it listening.
+        let stop_on_error = shutdown.clone().drop_guard();
+
+        // The issuer listens before Order and the gateway start, so their
+        // first JWKS fetch finds it.
+        let issuer_listener = lifecycle::bind(options.issuer_addr(), "demo issuer").await?;
+        let identity = issuer_listener.local_addr()?;
+        let issuer_stop = shutdown.child_token();
+        let issuer_task = tokio::spawn(async move {
+            lifecycle::serve(issuer_listener, issuer.router(), issuer_stop, ISSUER_DRAIN)
+                .await
+                .map_err(|e| anyhow::anyhow!("demo issuer: {e}"))
+        });
+        tracing::info!(%identity, "demo issuer listening (a demo: it signs for any customer name)");
+
         let proxies = Proxies::with_seed(options.seed);
         let mut wiring = Wiring {
             proxies: &proxies,
@@ -285,6 +401,9 @@ impl System {
                     s.inventory.url = url(topology::INVENTORY.name);
                     s.inventory.service_token = service_token.clone();
                     s.product.url = url(topology::PRODUCT.name);
+                    if loaded.demo_auth {
+                        s.auth.jwks_url = jwks_url(identity);
+                    }
                     start::<shopeasy_order::App>(s, &shutdown).await?
                 }
                 _ => {
@@ -292,6 +411,10 @@ impl System {
                     options.place(&mut s.process, node);
                     s.routes.product_url = url(topology::PRODUCT.name);
                     s.routes.order_url = url(topology::ORDER.name);
+                    s.routes.identity_url = format!("http://{identity}");
+                    if loaded.demo_auth {
+                        s.auth.jwks_url = jwks_url(identity);
+                    }
                     start::<shopeasy_gateway::App>(s, &shutdown).await?
                 }
             };
@@ -317,17 +440,32 @@ impl System {
             faults_api,
             proxies,
             admin_token,
+            identity,
+            data_dir: options.data_dir.clone(),
+            demo_auth: loaded.demo_auth,
             services,
             shutdown,
             faults_task: api,
+            issuer_task,
         };
+        stop_on_error.disarm();
         Ok(system)
     }
 
-    /// What to print at start: the URLs, the admin token and three commands
-    /// to copy.
+    /// What to print at start: the URLs, the admin token, how to sign in
+    /// and the commands to copy.
     pub fn banner(&self) -> String {
         let a = &self.addresses;
+        let data_dir = if self.data_dir == Path::new(".shopeasy") {
+            String::new()
+        } else {
+            format!(" --data-dir {}", self.data_dir.display())
+        };
+        let verified = if self.demo_auth {
+            "order and the gateway trust it"
+        } else {
+            "NOT trusted: auth.* names another key source"
+        };
         format!(
             "ShopEasy is running (embedded mode).\n\
              \n\
@@ -337,13 +475,20 @@ impl System {
              order          http://{o}  (admin http://{oa})\n\
              inventory      grpc://{i}  (admin http://{ia})\n\
              fault proxies  http://{f}/proxies   (Toxiproxy API; edges: {edges})\n\
+             demo issuer    http://{id}/.well-known/jwks.json   (a DEMO issuer: signs for any name, no password; {verified})\n\
              admin token    {token}\n\
              \n\
              Try:\n\
              curl -s http://{gw}/api/products | head -c 400; echo\n\
+             # Sign in as alice (a demo customer) with the launcher…\n\
+             TOKEN=$(shopeasy token alice{data_dir})\n\
+             # …or through the gateway, as a browser does (the answer's access_token):\n\
+             curl -s -X POST http://{gw}/api/session -H 'content-type: application/json' -d '{{\"customer\":\"alice\"}}'\n\
              curl -si http://{gw}/api/orders -H 'content-type: application/json' \\\n  \
-               -H \"idempotency-key: $(date +%s%N)\" \\\n  \
-               -d '{{\"customer_id\":\"alice\",\"items\":[{{\"product_id\":\"<id from the list>\",\"quantity\":1}}]}}'\n\
+               -H \"authorization: Bearer $TOKEN\" -H \"idempotency-key: $(date +%s%N)\" \\\n  \
+               -d '{{\"items\":[{{\"product_id\":\"<id from the list>\",\"quantity\":1}}]}}'\n\
+             # Alice's orders (and only hers):\n\
+             curl -s http://{gw}/api/orders -H \"authorization: Bearer $TOKEN\"\n\
              curl -s -XPOST http://{f}/proxies/order-inventory/toxics \\\n  \
                -H 'content-type: application/json' \\\n  \
                -d '{{\"name\":\"hang\",\"type\":\"timeout\",\"stream\":\"downstream\",\"attributes\":{{\"timeout\":0}}}}'\n\
@@ -357,6 +502,7 @@ impl System {
             i = a.inventory,
             ia = a.inventory_admin,
             f = self.faults_api,
+            id = self.identity,
             edges = edges().join(", "),
             token = self.admin_token,
         )
@@ -382,6 +528,14 @@ impl System {
         if let (Err(e), None) = (api, &first_error) {
             first_error = Some(e);
         }
+        let issuer = self
+            .issuer_task
+            .await
+            .map_err(anyhow::Error::from)
+            .and_then(|r| r);
+        if let (Err(e), None) = (issuer, &first_error) {
+            first_error = Some(e);
+        }
         self.proxies.shutdown().await;
         first_error.map_or(Ok(()), Err)
     }
@@ -400,6 +554,7 @@ impl System {
                 () = stop => None,
                 outcome = any => Some(outcome),
                 api = &mut self.faults_task => Some(api.map_err(anyhow::Error::from).and_then(|r| r)),
+                issuer = &mut self.issuer_task => Some(issuer.map_err(anyhow::Error::from).and_then(|r| r)),
             }
         };
         match ended {
@@ -475,6 +630,52 @@ mod tests {
             "{message}"
         );
         assert!(message.contains("resilience.inventory"), "{message}");
+    }
+
+    #[test]
+    fn the_services_verify_against_the_demo_issuer_unless_a_key_source_is_named() {
+        let mut options = Options::for_tests(Path::new("data"));
+        let order: OrderSettings = options.load("order").unwrap();
+        assert_eq!(
+            order.auth.jwks_url, "http://127.0.0.1:0/.well-known/jwks.json",
+            "replaced by the bound address at start"
+        );
+        options.ephemeral_ports = false;
+        let gateway: GatewaySettings = options.load("gateway").unwrap();
+        assert_eq!(
+            gateway.auth.jwks_url,
+            "http://127.0.0.1:8085/.well-known/jwks.json"
+        );
+        assert!(!options.names_key_source());
+
+        options.env = vec![(
+            "AUTH__JWKS_URL".to_owned(),
+            "https://idp.example/jwks".to_owned(),
+        )];
+        let order: OrderSettings = options.load("order").unwrap();
+        assert_eq!(order.auth.jwks_url, "https://idp.example/jwks");
+        assert!(options.names_key_source());
+
+        let pem = shopeasy_identity::DemoKey::from_seed([3; 32])
+            .unwrap()
+            .public_key_pem();
+        options.env = vec![("AUTH__PUBLIC_KEY_PEM".to_owned(), pem.clone())];
+        let order: OrderSettings = options.load("order").unwrap();
+        assert_eq!(
+            (
+                order.auth.jwks_url.as_str(),
+                order.auth.public_key_pem.as_str()
+            ),
+            ("", pem.as_str())
+        );
+
+        options.env = vec![("AUTH__ISSUER".to_owned(), "https://shop.example".to_owned())];
+        let config = demo_issuer_config(&options).unwrap();
+        assert_eq!(
+            config.issuer, "https://shop.example",
+            "the demo signs what Order checks"
+        );
+        assert_eq!(config.audience, "shopeasy");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The `shopeasy` binary as a person runs it: it serves on SPEC's ports,
-//! prints its banner, and exits 0 on SIGTERM.
+//! runs the demo issuer on :8085, prints its banner, signs a customer in
+//! through the gateway, and exits 0 on SIGTERM.
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
@@ -42,11 +43,33 @@ async fn serves_then_exits_zero_on_sigterm() {
         }
     };
     assert_eq!(gateway, "http://127.0.0.1:8080");
+    while !banner.iter().any(|l| l.starts_with("admin token")) {
+        banner.push(
+            rx.recv_timeout(Duration::from_secs(5))
+                .expect("the rest of the banner"),
+        );
+    }
+    let issuer = banner
+        .iter()
+        .find_map(|l| l.strip_prefix("demo issuer"))
+        .expect("the banner names the demo issuer");
+    assert!(
+        issuer.contains("http://127.0.0.1:8085/.well-known/jwks.json") && issuer.contains("DEMO"),
+        "{issuer}"
+    );
 
     let res = reqwest::get(format!("{gateway}/api/products"))
         .await
         .unwrap();
     assert_eq!(res.status(), 200);
+    let res = reqwest::Client::new()
+        .post(format!("{gateway}/api/session"))
+        .json(&serde_json::json!({"customer": "alice"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200, "signing in through the gateway");
+    assert_eq!(res.headers()["shopeasy-demo-issuer"], "true");
 
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])

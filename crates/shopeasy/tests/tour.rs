@@ -1,6 +1,7 @@
 //! The five-minute tour of the README, run against the embedded system on
-//! ephemeral ports: browse, order, break Inventory, watch orders go pending
-//! and the breaker open, heal, watch them confirm; break the gateway's edges.
+//! ephemeral ports: browse, sign in, order, break Inventory, watch orders go
+//! pending and the breaker open, heal, watch them confirm; break the
+//! gateway's edges.
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
@@ -37,9 +38,9 @@ async fn start(dir: &std::path::Path) -> System {
         .expect("the embedded system starts")
 }
 
-/// A tour customer's order of one unit of `product`.
-async fn place(http: &reqwest::Client, gw: &str, product: &str) -> reqwest::Response {
-    support::place(http, gw, "tour", product).await
+/// The tour customer's order of one unit of `product`, with their `token`.
+async fn place(http: &reqwest::Client, gw: &str, token: &str, product: &str) -> reqwest::Response {
+    support::place_as(http, gw, token, product).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -57,8 +58,21 @@ async fn the_tour() {
     let cached = items[0]["id"].as_str().unwrap().to_owned();
     let uncached = items[1]["id"].as_str().unwrap().to_owned();
 
+    // Sign in through the gateway: the demo issuer says it is one.
+    let res = http
+        .post(format!("{gw}/api/session"))
+        .json(&json!({"customer": "tour"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["shopeasy-demo-issuer"], "true");
+    let session: Value = res.json().await.unwrap();
+    assert_eq!(session["demo"], true);
+    let token = session["access_token"].as_str().unwrap().to_owned();
+
     // Order: confirmed.
-    let res = place(&http, &gw, &cached).await;
+    let res = place(&http, &gw, &token, &cached).await;
     assert_eq!(res.status(), 201);
     let order: Value = res.json().await.unwrap();
     assert_eq!(order["status"], "confirmed");
@@ -74,7 +88,7 @@ async fn the_tour() {
 
     let mut pending = Vec::new();
     for _ in 0..6 {
-        let res = place(&http, &gw, &cached).await;
+        let res = place(&http, &gw, &token, &cached).await;
         assert_eq!(res.status(), 202, "cached stock says yes → pending");
         let order: Value = res.json().await.unwrap();
         assert_eq!(order["status"], "pending");
@@ -87,7 +101,7 @@ async fn the_tour() {
         "the breaker is open: {state}"
     );
 
-    let res = place(&http, &gw, &uncached).await;
+    let res = place(&http, &gw, &token, &uncached).await;
     assert_eq!(res.status(), 503, "no cached stock → 503");
     assert!(res.headers().contains_key("retry-after"));
 
@@ -103,7 +117,7 @@ async fn the_tour() {
         assert_eventually(
             Duration::from_secs(15),
             "pending order confirmed",
-            async || support::get_json(&http, &url).await["status"] == "confirmed",
+            async || support::get_json_as(&http, &url, &token).await["status"] == "confirmed",
         )
         .await;
     }
@@ -143,6 +157,7 @@ async fn the_tour() {
     let started = Instant::now();
     let res = http
         .get(format!("{gw}/api/orders/{}", pending[0]))
+        .bearer_auth(&token)
         .send()
         .await
         .unwrap();
@@ -163,7 +178,12 @@ async fn a_restart_keeps_orders_and_does_not_reseed() {
     let system = start(dir.path()).await;
     let gw = format!("http://{}", system.addresses.gateway);
     let product = first_product(&http, &gw).await;
-    let order: Value = place(&http, &gw, &product).await.json().await.unwrap();
+    let token = support::sign_in(&http, &gw, "tour").await;
+    let order: Value = place(&http, &gw, &token, &product)
+        .await
+        .json()
+        .await
+        .unwrap();
     system.stop().await.unwrap();
 
     let system = start(dir.path()).await;
@@ -174,9 +194,12 @@ async fn a_restart_keeps_orders_and_does_not_reseed() {
         12,
         "not seeded twice"
     );
-    let again = support::get_json(
+    // The token signed before the restart still verifies: the demo
+    // issuer's key is kept in the data folder.
+    let again = support::get_json_as(
         &http,
         &format!("{gw}/api/orders/{}", order["id"].as_str().unwrap()),
+        &token,
     )
     .await;
     assert_eq!(again["status"], "confirmed");

@@ -59,8 +59,8 @@ fn descends(spans: &HashMap<SpanId, &SpanData>, span: &SpanData, ancestor: SpanI
     false
 }
 
-async fn order(http: &reqwest::Client, gw: &str, product: &str) -> Value {
-    let res = support::place(http, gw, "trace", product).await;
+async fn order(http: &reqwest::Client, gw: &str, token: &str, product: &str) -> Value {
+    let res = support::place_as(http, gw, token, product).await;
     assert!(res.status().is_success(), "{}", res.status());
     res.json().await.unwrap()
 }
@@ -107,10 +107,16 @@ async fn one_order_is_one_trace_with_a_span_per_attempt() {
     let http = reqwest::Client::new();
     let gw = format!("http://{}", system.addresses.gateway);
     let product = support::first_product(&http, &gw).await;
+    // Signed in before the spans are collected: the sign-in's own trace is
+    // not the order's.
+    let token = support::sign_in(&http, &gw, "trace").await;
 
     // Healthy: one trace, every service in it, one attempt per call.
     exporter.reset();
-    assert_eq!(order(&http, &gw, &product).await["status"], "confirmed");
+    assert_eq!(
+        order(&http, &gw, &token, &product).await["status"],
+        "confirmed"
+    );
     provider.force_flush().unwrap();
     let finished = exporter.get_finished_spans().unwrap();
     let (trace, spans) = trace_of_last_order(&finished);
@@ -199,7 +205,7 @@ async fn one_order_is_one_trace_with_a_span_per_attempt() {
         .set_enabled(false)
         .await;
     exporter.reset();
-    let pending = order(&http, &gw, &product).await;
+    let pending = order(&http, &gw, &token, &product).await;
     assert_eq!(pending["status"], "pending");
     provider.force_flush().unwrap();
     let finished = exporter.get_finished_spans().unwrap();

@@ -34,6 +34,20 @@ pub fn specs() -> Vec<ServiceSpec> {
         .collect()
 }
 
+/// The demo issuer with the defaults of its settings type: compose runs it
+/// beside the four services.
+pub fn identity_spec() -> ServiceSpec {
+    catalogue::identity()
+        .with_defaults(defaults_of::<shopeasy_identity::server::IdentitySettings>())
+}
+
+/// What compose runs of ours: the four services and the demo issuer.
+pub fn compose_specs() -> Vec<ServiceSpec> {
+    let mut specs = specs();
+    specs.push(identity_spec());
+    specs
+}
+
 /// `text` with `from` replaced by `to` exactly once; panics when `from` is
 /// not there, so a mutation test cannot pass by mutating nothing.
 pub fn mutate(text: &str, from: &str, to: &str) -> String {

@@ -18,9 +18,13 @@ static SERIAL: Mutex<()> = Mutex::const_new(());
 /// cache): the Redis cells fault both.
 pub const REDIS_EDGES: [&str; 2] = ["product-redis", "order-redis"];
 
+/// The customer the fixture's client is signed in as.
+pub const CUSTOMER: &str = "e2e";
+
 /// A started cluster and the lock that keeps it alone in this binary.
 pub struct Fixture {
     pub cluster: Cluster,
+    /// A client of the gateway signed in as [`CUSTOMER`].
     pub gateway: Client,
     _serial: MutexGuard<'static, ()>,
 }
@@ -32,7 +36,7 @@ impl Fixture {
         let mut options = Options::fast(7);
         tweak(&mut options);
         let cluster = Cluster::start(options).await.expect("cluster starts")?;
-        let gateway = Client::new(cluster.gateway_url(), Duration::from_secs(10));
+        let gateway = cluster.client(CUSTOMER, Duration::from_secs(10));
         Some(Self {
             cluster,
             gateway,
@@ -372,9 +376,9 @@ impl Fixture {
     }
 }
 
-/// `{customer_id, items: [{product_id, quantity}]}`.
+/// `{items: [{product_id, quantity}]}`: the customer is the token's.
 pub fn order_body(product: &str, quantity: i64) -> Value {
-    json!({"customer_id": "e2e", "items": [{"product_id": product, "quantity": quantity}]})
+    json!({"items": [{"product_id": product, "quantity": quantity}]})
 }
 
 /// A fresh idempotency key.

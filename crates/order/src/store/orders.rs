@@ -258,6 +258,24 @@ impl Store {
         Ok(Page { orders, next })
     }
 
+    /// How many `pending` orders `customer_id` has, counting at most `cap`
+    /// (all the open-order limit needs to know): one read of the partial
+    /// index `orders_pending_by_customer`, bounded whatever the backlog.
+    ///
+    /// # Errors
+    /// When the database fails.
+    pub async fn open_orders(&self, customer_id: &str, cap: u32) -> Result<u32, StoreError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM orders \
+             WHERE customer_id = $1 AND status = 'pending' LIMIT $2) AS open_orders",
+        )
+        .bind(customer_id)
+        .bind(i64::from(cap))
+        .fetch_one(self.db.pool())
+        .await?;
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
+    }
+
     /// Why a rejected order was rejected.
     ///
     /// # Errors

@@ -106,7 +106,7 @@ async fn stalled_holder(db_url: &str, point: Failpoint) {
     let body = order_body(&customer, &[(a, 2)]);
     let stall = app.failpoints.stall(point);
     let first = {
-        let http = app.http.clone();
+        let http = app.client_for(&customer);
         let url = app.url("/api/orders");
         let body = body.clone();
         let key = key.to_owned();

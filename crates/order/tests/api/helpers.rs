@@ -4,6 +4,7 @@
 use std::{net::SocketAddr, time::Duration};
 
 use serde_json::{Value, json};
+use shopeasy_identity::{AuthSettings, DemoIssuerConfig, DemoKey, demo::DemoClaims};
 use shopeasy_order::{
     App,
     failpoints::Failpoints,
@@ -23,6 +24,39 @@ use crate::fakes::{FakeInventory, FakeProduct, Running};
 /// Inventory (`real_inventory`).
 pub(crate) const SERVICE_TOKEN: &str = "order-test-service-token-32-chars";
 
+/// The key every test's tokens are signed with (the service under test
+/// trusts its public half through `auth.public_key_pem`).
+pub(crate) fn test_key() -> DemoKey {
+    DemoKey::from_seed([42; 32]).unwrap()
+}
+
+/// `Bearer <token>` for `customer`, signed with [`test_key`] for the
+/// issuer and audience the service expects by default (as the demo issuer
+/// signs, but for any `sub`: the demo issuer signs only lowercase names,
+/// and the tests' customers are not all such).
+pub(crate) fn bearer(customer: &str) -> String {
+    let config = DemoIssuerConfig::default();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = DemoClaims {
+        iss: config.issuer,
+        sub: customer.to_owned(),
+        aud: config.audience,
+        exp: now + 3600,
+        iat: now,
+        nbf: now,
+        jti: Uuid::new_v4().to_string(),
+        client_id: "shopeasy-tests".into(),
+        scope: config.scope,
+    };
+    format!("Bearer {}", test_key().sign(&claims).unwrap())
+}
+
+/// The customer tests act as when a request names nobody.
+pub(crate) const SOMEONE: &str = "c-someone";
+
 /// Settings for tests: ephemeral ports, short breaks, leases and backoffs;
 /// attempt timeouts generous enough for a loaded machine (tests about
 /// timeouts set their own).
@@ -34,6 +68,10 @@ pub(crate) fn test_settings(db_url: &str, inventory_url: &str, product_url: &str
         },
         product: UpstreamSettings {
             url: product_url.to_owned(),
+        },
+        auth: AuthSettings {
+            public_key_pem: test_key().public_key_pem(),
+            ..AuthSettings::default()
         },
         ..OrderSettings::default()
     };
@@ -113,8 +151,53 @@ impl TestApp {
         let _ = tokio::time::timeout(Duration::from_secs(15), self.server.stop()).await;
     }
 
+    /// A client that sends `customer`'s bearer token with every request.
+    pub(crate) fn client_for(&self, customer: &str) -> reqwest::Client {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            bearer(customer).parse().unwrap(),
+        );
+        reqwest::Client::builder()
+            .default_headers(headers)
+            .build()
+            .unwrap()
+    }
+
+    /// Who owns order `id` ([`SOMEONE`] for an unknown one): the tests that
+    /// are not about ownership act as the owner.
+    async fn owner_of(&self, id: &str) -> String {
+        let Ok(id) = Uuid::try_parse(id) else {
+            return SOMEONE.to_owned();
+        };
+        match self.orders.store().order(id).await.unwrap() {
+            Some(order) => order.customer_id,
+            None => SOMEONE.to_owned(),
+        }
+    }
+
+    /// `POST /api/orders` as the customer the body names (or [`SOMEONE`]
+    /// when it names nobody).
     pub(crate) async fn post_order(&self, key: Option<&str>, body: &Value) -> reqwest::Response {
-        let mut req = self.http.post(self.url("/api/orders")).json(body);
+        let customer = body["customer_id"]
+            .as_str()
+            .filter(|c| !c.trim().is_empty())
+            .unwrap_or(SOMEONE);
+        self.post_order_as(customer, key, body).await
+    }
+
+    /// `POST /api/orders` with `customer`'s token.
+    pub(crate) async fn post_order_as(
+        &self,
+        customer: &str,
+        key: Option<&str>,
+        body: &Value,
+    ) -> reqwest::Response {
+        let mut req = self
+            .http
+            .post(self.url("/api/orders"))
+            .header(reqwest::header::AUTHORIZATION, bearer(customer))
+            .json(body);
         if let Some(k) = key {
             req = req.header("Idempotency-Key", k);
         }
@@ -130,6 +213,7 @@ impl TestApp {
     ) -> reqwest::Response {
         self.http
             .post(self.url("/api/orders"))
+            .header(reqwest::header::AUTHORIZATION, bearer(SOMEONE))
             .header("content-type", content_type)
             .body(body)
             .send()
@@ -137,10 +221,28 @@ impl TestApp {
             .unwrap()
     }
 
-    /// `POST /api/orders/{id}/cancel`, the answer as it came.
+    /// `POST /api/orders/{id}/cancel` as the order's owner, the answer as
+    /// it came.
     pub(crate) async fn cancel(&self, id: &str) -> reqwest::Response {
+        let owner = self.owner_of(id).await;
+        self.cancel_as(&owner, id).await
+    }
+
+    /// `POST /api/orders/{id}/cancel` as `customer`.
+    pub(crate) async fn cancel_as(&self, customer: &str, id: &str) -> reqwest::Response {
         self.http
             .post(self.url(&format!("/api/orders/{id}/cancel")))
+            .header(reqwest::header::AUTHORIZATION, bearer(customer))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `GET /api/orders/{id}` as `customer`, the answer as it came.
+    pub(crate) async fn show_as(&self, customer: &str, id: &str) -> reqwest::Response {
+        self.http
+            .get(self.url(&format!("/api/orders/{id}")))
+            .header(reqwest::header::AUTHORIZATION, bearer(customer))
             .send()
             .await
             .unwrap()
@@ -151,13 +253,10 @@ impl TestApp {
         get_json(&self.http, format!("http://{}{path}", self.admin)).await
     }
 
+    /// `GET /api/orders/{id}` as the order's owner, which must answer 200.
     pub(crate) async fn get_order(&self, id: &str) -> Value {
-        let res = self
-            .http
-            .get(self.url(&format!("/api/orders/{id}")))
-            .send()
-            .await
-            .unwrap();
+        let owner = self.owner_of(id).await;
+        let res = self.show_as(&owner, id).await;
         assert_eq!(res.status(), 200);
         res.json().await.unwrap()
     }
@@ -230,12 +329,9 @@ pub(crate) fn order_body(customer: &str, lines: &[(Uuid, i64)]) -> Value {
     })
 }
 
-/// The orders of `customer`, as `GET /api/orders?customer_id=` lists them.
+/// The orders of `customer`, as `GET /api/orders` lists them for their
+/// token.
 pub(crate) async fn orders_of(app: &TestApp, customer: &str) -> Vec<Value> {
-    let list = get_json(
-        &app.http,
-        app.url(&format!("/api/orders?customer_id={customer}")),
-    )
-    .await;
+    let list = get_json(&app.client_for(customer), app.url("/api/orders")).await;
     list["items"].as_array().unwrap().clone()
 }

@@ -110,7 +110,7 @@ async fn a_key_in_flight_answers_409_with_retry_after() {
     let body = order_body("c-flight", &[(shop.products[0], 1)]);
 
     let first = {
-        let http = app.http.clone();
+        let http = app.client_for("c-flight");
         let url = app.url("/api/orders");
         let body = body.clone();
         tokio::spawn(async move {
@@ -276,9 +276,10 @@ async fn crash_after_release_a_second_cancel_releases_nothing_more() {
         order["id"].as_str().unwrap()
     ));
     app.failpoints.arm(Failpoint::AfterRelease);
-    assert_eq!(app.http.post(&cancel).send().await.unwrap().status(), 500);
+    let http = app.client_for("c");
+    assert_eq!(http.post(&cancel).send().await.unwrap().status(), 500);
     assert_eq!(shop.inventory.stock(a), 10);
-    let res = app.http.post(&cancel).send().await.unwrap();
+    let res = http.post(&cancel).send().await.unwrap();
     assert_eq!(res.status(), 200);
     // The worker finishes the leased release row (idempotent at Inventory).
     let drained = eventually(Duration::from_secs(5), || async {
@@ -340,6 +341,9 @@ async fn a_hundred_concurrent_orders_on_stock_ten_never_oversell() {
     settings.resilience.product.timeout_seconds = Seconds::new(3.0);
     settings.resilience.inventory.timeout_seconds = Seconds::new(3.0);
     settings.storage.database.acquire_timeout_seconds = Seconds::new(10.0);
+    // One customer's hundred placements are all `pending` at once for a
+    // moment: above the default open-order limit, which is not under test.
+    settings.orders.max_open_per_customer = 1000;
     let app = TestApp::spawn(settings).await;
     let a = shop.products[0];
     let statuses = futures::future::join_all((0..100).map(|i| {

@@ -108,11 +108,18 @@ async fn bad_requests_are_problems_never_500() {
         &format!("/api/orders/{unknown}"),
         "/elsewhere",
     ] {
-        let res = app.http.get(app.url(path)).send().await.unwrap();
+        let res = app.client_for("c").get(app.url(path)).send().await.unwrap();
         assert_eq!(res.status(), 404, "{path}");
     }
     let res = app.http.get(app.url("/api/orders")).send().await.unwrap();
-    assert_eq!(res.status(), 422, "customer_id is required");
+    assert_eq!(res.status(), 401, "a token is required");
+    let res = app
+        .client_for("c")
+        .get(app.url("/api/orders?customer_id=someone-else"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 422, "only the caller's own orders");
     assert_eq!(shop.inventory.reserve_calls(), 0);
     app.stop().await;
 }
@@ -291,7 +298,7 @@ async fn the_callers_deadline_bounds_the_request() {
     shop.inventory.set_mode(Mode::Hang);
     let started = tokio::time::Instant::now();
     let res = app
-        .http
+        .client_for("c")
         .post(app.url("/api/orders"))
         .header("shopeasy-deadline-ms", "300")
         .json(&body)
@@ -337,7 +344,7 @@ async fn a_hung_inventory_does_not_slow_reading_orders() {
     // Stuck order placements fill Inventory's bulkhead…
     let stuck: Vec<_> = (0..8)
         .map(|_| {
-            let http = app.http.clone();
+            let http = app.client_for("c");
             let url = app.url("/api/orders");
             let body = order_body("c", &[(uuid::Uuid::new_v4(), 1)]);
             tokio::spawn(async move { http.post(url).json(&body).send().await })
@@ -380,7 +387,7 @@ async fn a_customers_orders_are_listed_in_bounded_pages() {
             let app = &app;
             async move {
                 let res = app
-                    .http
+                    .client_for("c-page")
                     .get(app.url(&format!("/api/orders?customer_id=c-page{query}")))
                     .send()
                     .await

@@ -7,7 +7,7 @@
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{Shop, TestApp, order_body};
+use crate::helpers::{Shop, TestApp, bearer, order_body};
 
 /// Asserts a complete problem+json answer with `status`; returns its body.
 async fn complete(res: reqwest::Response, status: u16) -> Value {
@@ -38,6 +38,7 @@ async fn every_error_path_answers_a_complete_problem() {
     let raw = |text: Vec<u8>, content_type: &'static str| {
         app.http
             .post(app.url("/api/orders"))
+            .header("authorization", bearer("c"))
             .header("content-type", content_type)
             .body(text)
             .send()
@@ -76,10 +77,29 @@ async fn every_error_path_answers_a_complete_problem() {
     )
     .await;
     complete(
-        app.http.get(app.url("/api/orders")).send().await.unwrap(),
+        app.client_for("c")
+            .get(app.url("/api/orders?limit=0"))
+            .send()
+            .await
+            .unwrap(),
         422,
     )
     .await;
+
+    // 401: no token, or one that does not verify (with its challenge).
+    for res in [
+        app.http.get(app.url("/api/orders")).send().await.unwrap(),
+        app.http
+            .post(app.url("/api/orders"))
+            .header("authorization", "Bearer not.a.token")
+            .json(&order_body("c", &[(plenty, 1)]))
+            .send()
+            .await
+            .unwrap(),
+    ] {
+        assert!(res.headers().contains_key("www-authenticate"));
+        complete(res, 401).await;
+    }
     let placed = app
         .post_order(Some("k-1"), &order_body("c", &[(plenty, 1)]))
         .await;
@@ -104,7 +124,15 @@ async fn every_error_path_answers_a_complete_problem() {
         "/api/orders/nope".to_owned(),
         "/elsewhere".to_owned(),
     ] {
-        complete(app.http.get(app.url(&path)).send().await.unwrap(), 404).await;
+        complete(
+            app.client_for("c")
+                .get(app.url(&path))
+                .send()
+                .await
+                .unwrap(),
+            404,
+        )
+        .await;
     }
     complete(
         app.http

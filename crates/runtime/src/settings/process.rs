@@ -62,9 +62,14 @@ pub struct AdmissionSettings {
     pub max_limit: u32,
     /// Requests that may wait for a slot at once (0: none wait).
     pub queue_size: u32,
-    /// The longest a request waits for a slot; kept short, so a queue
-    /// never holds what the service cannot serve.
+    /// The longest a request waits for a slot while the queue empties now
+    /// and then (a burst); kept short, so a queue never holds what the
+    /// service cannot serve.
     pub queue_timeout_seconds: Seconds,
+    /// The longest a request waits once the queue has not been empty for a
+    /// whole `queue_timeout_seconds` (a standing queue: overload). CoDel's
+    /// target: admitted requests and refusals both stay fast.
+    pub standing_queue_timeout_seconds: Seconds,
     /// The service's own deadline for a request whose caller sent none
     /// (`shopeasy-deadline-ms`, `grpc-timeout`), and the cap on one that did.
     pub default_deadline_seconds: Seconds,
@@ -81,6 +86,7 @@ impl Default for AdmissionSettings {
             max_limit: 1000,
             queue_size: 64,
             queue_timeout_seconds: Seconds::new(1.0),
+            standing_queue_timeout_seconds: Seconds::new(0.005),
             default_deadline_seconds: Seconds::new(10.0),
             retry_after_seconds: 1,
         }
@@ -119,6 +125,11 @@ impl AdmissionSettings {
                 0.0..=10.0,
             );
             v.seconds(
+                "standing_queue_timeout_seconds",
+                self.standing_queue_timeout_seconds,
+                0.0..=10.0,
+            );
+            v.seconds(
                 "default_deadline_seconds",
                 self.default_deadline_seconds,
                 0.01..=3600.0,
@@ -139,6 +150,7 @@ impl AdmissionSettings {
             },
             queue_size: n(self.queue_size),
             queue_timeout: self.queue_timeout_seconds.get(),
+            standing_queue_timeout: self.standing_queue_timeout_seconds.get(),
             default_deadline: self.default_deadline_seconds.get(),
             retry_after: std::time::Duration::from_secs(u64::from(self.retry_after_seconds)),
         }

@@ -9,13 +9,20 @@
 //! `--sweep` draws the overload curve instead ([`sweep`]): capacity
 //! search, then steps at multiples of it, a CSV and an SVG plot.
 //!
+//! Orders are placed as signed-in customers ([`signin`]): the generator
+//! signs `--customers` demo customers in through the target's
+//! `POST /api/session` before the load starts (or reads `--token-file`),
+//! and each order carries one of their tokens, picked at random.
+//!
 //! Modules: [`step`] (one open-loop step and its counts), [`sweep`] (the
 //! search and the steps), [`plot`] (the SVG), [`procstat`] (the target's
-//! descriptors and RSS), [`restock`] (stock before each step).
+//! descriptors and RSS), [`restock`] (stock before each step), [`signin`]
+//! (the customers the load acts as).
 
 pub mod plot;
 pub mod procstat;
 pub mod restock;
+pub mod signin;
 pub mod step;
 pub mod sweep;
 
@@ -58,6 +65,9 @@ pub struct LoadArgs {
     /// Print no progress line.
     #[arg(long)]
     pub quiet: bool,
+    /// Who places the orders (`--customers`, `--token-file`).
+    #[command(flatten)]
+    pub sign_in: signin::SignInArgs,
     /// The overload sweep (`--sweep` and its options).
     #[command(flatten)]
     pub sweep: sweep::SweepArgs,
@@ -193,11 +203,12 @@ impl fmt::Display for Summary {
     }
 }
 
-/// Runs the load and returns its summary.
+/// Signs the customers in (when orders will be sent), then runs the load
+/// and returns its summary.
 ///
 /// # Errors
-/// When the arguments are out of range or the catalogue cannot be read to
-/// pick products from.
+/// When the arguments are out of range, or the customers cannot be signed
+/// in.
 pub async fn run(args: &LoadArgs) -> anyhow::Result<Summary> {
     anyhow::ensure!(
         args.rate > 0.0 && args.rate <= 100_000.0,
@@ -217,6 +228,15 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<Summary> {
         .build()?;
     let base = args.target.trim_end_matches('/').to_owned();
     let products = product_ids(&client, &base).await.unwrap_or_default();
+    let customers = if products.is_empty() || args.read_ratio >= 1.0 {
+        signin::Customers::default()
+    } else {
+        let customers = signin::sign_in(&client, &base, &args.sign_in).await?;
+        if !args.quiet {
+            eprintln!("signed in {} customers", customers.len());
+        }
+        customers
+    };
 
     let total = (args.rate * args.duration).round() as usize;
     let interval = Duration::from_secs_f64(1.0 / args.rate);
@@ -239,13 +259,12 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<Summary> {
             }
         } else {
             let product = &products[rng.random_range(0..products.len())];
-            client
+            let customer = rng.random_range(0..customers.len().max(1));
+            let order = client
                 .post(format!("{base}/api/orders"))
                 .header("idempotency-key", uuid::Uuid::new_v4().to_string())
-                .json(&json!({
-                    "customer_id": format!("load-{}", rng.random_range(0..100)),
-                    "items": [{"product_id": product, "quantity": 1}],
-                }))
+                .json(&json!({"items": [{"product_id": product, "quantity": 1}]}));
+            customers.authorize(order, customer)
         };
         let sink = samples.clone();
         tasks.spawn(async move {
@@ -330,6 +349,10 @@ mod tests {
             timeout: 2.0,
             seed: 7,
             quiet: true,
+            sign_in: signin::SignInArgs {
+                customers: 10,
+                token_file: None,
+            },
             sweep: sweep_defaults(),
         }
     }
@@ -368,6 +391,91 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
         format!("http://{addr}")
+    }
+
+    /// What the shop stub saw of each order: its `Authorization` and body.
+    type Seen = Arc<std::sync::Mutex<Vec<(Option<String>, serde_json::Value)>>>;
+
+    /// A shop with one product, orders that record what they carried, and
+    /// a sign-in when `sign_in` (tokens `tok-<customer>`).
+    async fn shop_stub(sign_in: bool) -> (String, Seen) {
+        use axum::{Json, http::HeaderMap, routing::post};
+        let seen: Seen = Arc::default();
+        let sink = seen.clone();
+        let mut app = axum::Router::new()
+            .route(
+                "/api/products",
+                axum::routing::get(|| async { r#"{"items":[{"id":"p1"}],"next_cursor":null}"# }),
+            )
+            .route(
+                "/api/orders",
+                post(
+                    move |headers: HeaderMap, Json(body): Json<serde_json::Value>| {
+                        let auth = headers
+                            .get("authorization")
+                            .map(|v| v.to_str().unwrap().to_owned());
+                        sink.lock().unwrap().push((auth, body));
+                        async { (axum::http::StatusCode::CREATED, "{}") }
+                    },
+                ),
+            );
+        if sign_in {
+            app = app.route(
+                "/api/session",
+                post(|Json(body): Json<serde_json::Value>| async move {
+                    Json(json!({"access_token": format!("tok-{}", body["customer"].as_str().unwrap())}))
+                }),
+            );
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (format!("http://{addr}"), seen)
+    }
+
+    #[tokio::test]
+    async fn orders_are_placed_by_signed_in_customers_picked_at_random() {
+        let (base, seen) = shop_stub(true).await;
+        let mut a = args(base);
+        a.read_ratio = 0.0;
+        let summary = run(&a).await.unwrap();
+        assert_eq!(summary.statuses.get(&201), Some(&100), "{summary}");
+        let seen = seen.lock().unwrap();
+        let mut customers = std::collections::BTreeSet::new();
+        for (auth, body) in seen.iter() {
+            let auth = auth.as_deref().expect("every order carries a token");
+            let customer = auth.strip_prefix("Bearer tok-load-").expect(auth);
+            assert!(customer.parse::<usize>().unwrap() < 10, "{auth}");
+            customers.insert(customer.to_owned());
+            assert!(body.get("customer_id").is_none(), "{body}");
+            assert_eq!(body["items"][0]["product_id"], "p1");
+        }
+        assert!(customers.len() >= 5, "spread over customers: {customers:?}");
+    }
+
+    #[tokio::test]
+    async fn a_target_without_a_sign_in_is_a_clear_error_unless_tokens_are_given() {
+        let (base, seen) = shop_stub(false).await;
+        let mut a = args(base);
+        a.read_ratio = 0.0;
+        let err = format!("{:#}", run(&a).await.unwrap_err());
+        assert!(
+            err.contains("no sign-in") && err.contains("--token-file"),
+            "{err}"
+        );
+        assert!(seen.lock().unwrap().is_empty(), "no order sent");
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens");
+        std::fs::write(&file, "# from the provider\nt1\n\n t2 \n").unwrap();
+        a.sign_in.token_file = Some(file);
+        run(&a).await.unwrap();
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 100);
+        assert!(
+            seen.iter()
+                .all(|(auth, _)| matches!(auth.as_deref(), Some("Bearer t1" | "Bearer t2")))
+        );
     }
 
     #[tokio::test]

@@ -10,6 +10,8 @@
 use std::{sync::Arc, time::Duration};
 
 use serde_json::json;
+
+use super::signin::Customers;
 use tokio::{
     sync::{Mutex, Semaphore},
     time::Instant,
@@ -141,6 +143,22 @@ pub struct Target {
     pub base: String,
     /// Products to order (empty: the step reads the catalogue instead).
     pub products: Vec<String>,
+    /// Who orders: request `i` carries the token of a customer picked by
+    /// [`pick`] from `seed` and `i`.
+    pub customers: Customers,
+    /// Seed of the customer choice.
+    pub seed: u64,
+}
+
+/// The customer of request `i` among `n`: a SplitMix64 hash of `seed` and
+/// `i`, so the choice is random-looking, repeatable and needs no shared
+/// generator across the step's tasks.
+pub fn pick(seed: u64, i: u64, n: usize) -> usize {
+    let mut z = seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    usize::try_from(z % (n.max(1) as u64)).unwrap_or(0)
 }
 
 /// Offers `rate` requests per second for `duration` to `target` through
@@ -202,13 +220,12 @@ fn request(client: &reqwest::Client, target: &Target, i: u64) -> reqwest::Reques
     }
     let n = target.products.len() as u64;
     let product = &target.products[usize::try_from(i % n).unwrap_or(0)];
-    client
+    let order = client
         .post(format!("{base}/api/orders"))
         .header("idempotency-key", uuid::Uuid::new_v4().to_string())
-        .json(&json!({
-            "customer_id": format!("sweep-{}", i % 100),
-            "items": [{"product_id": product, "quantity": 1}],
-        }))
+        .json(&json!({"items": [{"product_id": product, "quantity": 1}]}));
+    let customer = pick(target.seed, i, target.customers.len());
+    target.customers.authorize(order, customer)
 }
 
 #[cfg(test)]
@@ -216,6 +233,21 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn customers_are_picked_repeatably_and_spread() {
+        let picks: Vec<usize> = (0..1000).map(|i| pick(7, i, 10)).collect();
+        assert_eq!(picks, (0..1000).map(|i| pick(7, i, 10)).collect::<Vec<_>>());
+        assert_ne!(picks, (0..1000).map(|i| pick(8, i, 10)).collect::<Vec<_>>());
+        for c in 0..10 {
+            let n = picks.iter().filter(|p| **p == c).count();
+            assert!(
+                (50..=150).contains(&n),
+                "customer {c} picked {n} times of 1000"
+            );
+        }
+        assert_eq!(pick(1, 5, 0), 0);
+    }
 
     #[test]
     fn answers_are_classified_against_the_deadline() {

@@ -24,6 +24,7 @@ use anyhow::Context as _;
 use super::{
     plot,
     procstat::{self, ProcStats},
+    signin::{self, SignInArgs},
     step::{self, StepResult, Target},
 };
 
@@ -115,11 +116,20 @@ pub struct Sweep {
     pub svg: PathBuf,
 }
 
-/// Runs the sweep against `base` (the gateway).
+/// Runs the sweep against `base` (the gateway), its orders placed by the
+/// customers `sign_in` names (signed in first, when there is a product to
+/// order).
 ///
 /// # Errors
-/// Bad arguments, or the CSV / SVG cannot be written.
-pub async fn run(base: &str, args: &SweepArgs, quiet: bool) -> anyhow::Result<Sweep> {
+/// Bad arguments, customers who cannot be signed in, or the CSV / SVG
+/// cannot be written.
+pub async fn run(
+    base: &str,
+    args: &SweepArgs,
+    sign_in: &SignInArgs,
+    seed: u64,
+    quiet: bool,
+) -> anyhow::Result<Sweep> {
     anyhow::ensure!(args.ramp > 1.0, "--ramp must be above 1");
     anyhow::ensure!(args.start_rate > 0.0, "--start-rate must be positive");
     anyhow::ensure!(args.deadline > 0.0, "--deadline must be positive");
@@ -135,12 +145,23 @@ pub async fn run(base: &str, args: &SweepArgs, quiet: bool) -> anyhow::Result<Sw
         .build()?;
     let base = base.trim_end_matches('/').to_owned();
     let products = super::product_ids(&client, &base).await.unwrap_or_default();
-    let target = Target { base, products };
+    let customers = if products.is_empty() {
+        signin::Customers::default()
+    } else {
+        signin::sign_in(&client, &base, sign_in).await?
+    };
+    let target = Target {
+        base,
+        products,
+        customers,
+        seed,
+    };
     let pid = args.pid.or_else(procstat::find_shopeasy);
     if !quiet {
         eprintln!(
-            "sweep: {} products to order{}, target pid {}",
+            "sweep: {} products to order by {} customers{}, target pid {}",
             target.products.len(),
+            target.customers.len(),
             if args.inventory.is_some() {
                 ", restocking"
             } else {
@@ -413,7 +434,9 @@ mod tests {
             &std::process::id().to_string(),
         ])
         .sweep;
-        let sweep = run(&base, &a, true).await.unwrap();
+        let sweep = run(&base, &a, &SignInArgs::default(), 1, true)
+            .await
+            .unwrap();
         assert!(!sweep.probes.is_empty());
         // The stub serves about 200/s; the search stops near it.
         assert!(

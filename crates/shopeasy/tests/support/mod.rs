@@ -1,5 +1,7 @@
 //! What the embedded-system tests share: reading JSON through the
-//! gateway, and placing an order as a customer does.
+//! gateway, signing in as a demo customer (through the gateway's
+//! `POST /api/session`, i.e. the launcher's real demo issuer), and placing
+//! an order as a signed-in customer does.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -11,6 +13,21 @@ use serde_json::{Value, json};
 /// When there is no answer or its body is not JSON.
 pub async fn get_json(http: &reqwest::Client, url: &str) -> Value {
     http.get(url)
+        .send()
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .expect("a JSON body")
+}
+
+/// `GET url` as JSON, as the customer whose access token is `token`.
+///
+/// # Panics
+/// When there is no answer or its body is not JSON.
+pub async fn get_json_as(http: &reqwest::Client, url: &str, token: &str) -> Value {
+    http.get(url)
+        .bearer_auth(token)
         .send()
         .await
         .expect("an answer")
@@ -33,17 +50,50 @@ pub async fn first_product(http: &reqwest::Client, gw: &str) -> String {
         .to_owned()
 }
 
-/// `POST /api/orders` of one unit of `product` for `customer`, with a
-/// fresh idempotency key.
+/// Signs `customer` in through the gateway at `gw`: their access token.
+///
+/// # Panics
+/// When the sign-in does not answer 200 with an `access_token`.
+pub async fn sign_in(http: &reqwest::Client, gw: &str, customer: &str) -> String {
+    let res = http
+        .post(format!("{gw}/api/session"))
+        .json(&json!({ "customer": customer }))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(res.status(), 200, "signing in {customer}");
+    let body: Value = res.json().await.expect("a JSON body");
+    body["access_token"]
+        .as_str()
+        .expect("an access token")
+        .to_owned()
+}
+
+/// `POST /api/orders` of one unit of `product` for `customer` (signed in
+/// first), with a fresh idempotency key.
 pub async fn place(
     http: &reqwest::Client,
     gw: &str,
     customer: &str,
     product: &str,
 ) -> reqwest::Response {
+    let token = sign_in(http, gw, customer).await;
+    place_as(http, gw, &token, product).await
+}
+
+/// `POST /api/orders` of one unit of `product` as the customer whose access
+/// token is `token` (no `customer_id` in the body: it comes from `sub`),
+/// with a fresh idempotency key.
+pub async fn place_as(
+    http: &reqwest::Client,
+    gw: &str,
+    token: &str,
+    product: &str,
+) -> reqwest::Response {
     http.post(format!("{gw}/api/orders"))
+        .bearer_auth(token)
         .header("idempotency-key", uuid::Uuid::new_v4().to_string())
-        .json(&json!({"customer_id": customer, "items": [{"product_id": product, "quantity": 1}]}))
+        .json(&json!({"items": [{"product_id": product, "quantity": 1}]}))
         .send()
         .await
         .expect("an answer")
