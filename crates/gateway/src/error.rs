@@ -7,7 +7,8 @@ use http::{HeaderValue, StatusCode};
 use shopeasy_resilience::admission::{Outcome, Refusal};
 use shopeasy_runtime::problem::Problem;
 
-use crate::{auth::AuthFailure, ratelimit::Verdict};
+use crate::ratelimit::Verdict;
+use shopeasy_identity::AuthError;
 
 /// The name the gateway gives itself in `Proxy-Status`.
 pub(crate) const PROXY_NAME: &str = "shopeasy-gateway";
@@ -76,7 +77,7 @@ pub(crate) enum ProxyError {
     /// The route needs a customer and the bearer token is missing or bad
     /// (401), or the keys to check it cannot be had (503).
     #[error("{0}")]
-    Unauthenticated(AuthFailure),
+    Unauthenticated(AuthError),
     /// The client's whole body took longer than the body deadline.
     #[error("the request body took longer than {0} ms in all")]
     BodyTimeout(u64),
@@ -118,7 +119,7 @@ impl ProxyError {
             E::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             E::ClientStalled | E::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             E::MethodNotAllowed | E::WrongMethod { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            E::Unauthenticated(a) => a.error().status(),
+            E::Unauthenticated(a) => a.status(),
             E::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             E::Overloaded { .. } | E::UpstreamBusy(_) | E::Shed(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -148,7 +149,7 @@ impl ProxyError {
             E::MethodNotAllowed | E::WrongMethod { .. } | E::RateLimited(_) => {
                 "http_request_denied"
             }
-            E::Unauthenticated(a) if a.is_unavailable() => "proxy_internal_error",
+            E::Unauthenticated(AuthError::KeysUnavailable) => "proxy_internal_error",
             E::Unauthenticated(_) => "http_request_denied",
             // The gateway's own limit on what it sends the next hop.
             E::Overloaded { .. } | E::UpstreamBusy(_) | E::Shed(_) => "connection_limit_reached",
@@ -172,7 +173,7 @@ impl ProxyError {
             E::ClientStalled => "client_timeout",
             E::BodyTimeout(_) => "client_body_timeout",
             E::MethodNotAllowed | E::WrongMethod { .. } => "method_not_allowed",
-            E::Unauthenticated(a) if a.is_unavailable() => "identity_unavailable",
+            E::Unauthenticated(AuthError::KeysUnavailable) => "identity_unavailable",
             E::Unauthenticated(_) => "unauthenticated",
             E::RateLimited(_) => "rate_limited",
             E::Overloaded { .. } => "overloaded",
@@ -228,7 +229,7 @@ impl ProxyError {
             E::WrongMethod { .. } => {
                 Problem::new(status, "method-not-allowed", "Method not allowed", detail)
             }
-            E::Unauthenticated(a) => a.error().problem(),
+            E::Unauthenticated(a) => a.problem(),
             E::RateLimited(v) => Problem::new(status, "rate-limited", "Too many requests", detail)
                 .retry_after(u64::from(v.retry_after)),
             E::Overloaded { .. } | E::UpstreamBusy(_) => {
@@ -252,11 +253,11 @@ impl IntoResponse for ProxyError {
         // A credential failure is the identity crate's own answer, with its
         // RFC 6750 challenge; everything else is the problem below.
         let mut response = match self {
-            Self::Unauthenticated(a) => a.error().to_response(),
+            Self::Unauthenticated(a) => a.to_response(),
             _ => self.problem().into_response(),
         };
         let value = match self {
-            Self::Unauthenticated(a) if a.is_unavailable() => format!(
+            Self::Unauthenticated(AuthError::KeysUnavailable) => format!(
                 "{PROXY_NAME}; error={}; details=\"identity provider keys unavailable\"",
                 self.proxy_status()
             ),
@@ -332,7 +333,7 @@ mod tests {
     #[test]
     fn a_bad_token_is_the_identity_crates_401_with_its_challenge() {
         use shopeasy_identity::AuthError;
-        let r = ProxyError::Unauthenticated(AuthError::Missing.into()).into_response();
+        let r = ProxyError::Unauthenticated(AuthError::Missing).into_response();
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(
             r.headers()[http::header::WWW_AUTHENTICATE],
@@ -342,7 +343,7 @@ mod tests {
             r.headers()["proxy-status"],
             "shopeasy-gateway; error=http_request_denied"
         );
-        let e = ProxyError::Unauthenticated(AuthError::Expired.into());
+        let e = ProxyError::Unauthenticated(AuthError::Expired);
         assert_eq!(e.outcome(), "unauthenticated");
         let r = e.into_response();
         assert!(
@@ -352,7 +353,7 @@ mod tests {
                 .contains("error=\"invalid_token\""),
             "{r:?}"
         );
-        let e = ProxyError::Unauthenticated(AuthError::KeysUnavailable.into());
+        let e = ProxyError::Unauthenticated(AuthError::KeysUnavailable);
         assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(e.outcome(), "identity_unavailable");
         let r = ProxyError::WrongMethod { allow: "POST" }.into_response();

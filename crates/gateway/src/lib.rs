@@ -32,7 +32,6 @@
 //! - `observe` names the metrics; [`settings`] is the configuration.
 
 mod activity;
-mod auth;
 mod error;
 mod framing;
 mod headers;

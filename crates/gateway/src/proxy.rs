@@ -461,7 +461,7 @@ impl Shared {
                 if !rate.allowed {
                     return Err(ProxyError::RateLimited(rate));
                 }
-                Err(ProxyError::Unauthenticated(error.into()))
+                Err(ProxyError::Unauthenticated(error))
             }
         }
     }

@@ -18,7 +18,11 @@ const KEYS_RETRY_AFTER: u64 = 5;
 /// Every variant but [`AuthError::KeysUnavailable`] is the caller's doing
 /// and answers 401; the detail says what was wrong with the token (RFC 6750
 /// `error_description`), never anything about our keys or configuration.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// `Copy`: every variant holds only `&'static str`s, so a caller that passes
+/// its own errors by value (the gateway's proxy error) can carry this one as
+/// it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
     /// No `Authorization: Bearer …` at all (another scheme counts as none).
     /// RFC 6750 §3.1: the challenge carries no error code.

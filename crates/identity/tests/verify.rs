@@ -110,7 +110,7 @@ async fn every_bad_token_gets_its_own_error() {
     ];
     for (what, token, expected) in cases {
         let got = v.verify(&token).await.err();
-        assert_eq!(got, Some(expected.clone()), "{what}");
+        assert_eq!(got, Some(expected), "{what}");
         let response = expected.to_response();
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{what}");
         let challenge = response.headers()[header::WWW_AUTHENTICATE]
