@@ -1,10 +1,11 @@
 # One image holding the four ShopEasy service binaries, the demo issuer
 # (`shopeasy-identity`, compose's sign-in for demo customers: not for
 # production), the fault proxy (`shopeasy-faults`, the Toxiproxy-compatible
-# API compose runs on the service-to-service edges) and the tiny health probe
+# API compose runs on the service-to-service edges), the console
+# (`shopeasy-console`, the live resilience page) and the tiny health probe
 # compose uses: build once, run as `shopeasy-gateway`, `shopeasy-product`,
-# `shopeasy-order`, `shopeasy-inventory`, `shopeasy-identity` or
-# `shopeasy-faults`. One image instead of six
+# `shopeasy-order`, `shopeasy-inventory`, `shopeasy-identity`,
+# `shopeasy-faults` or `shopeasy-console`. One image instead of seven
 # because the binaries share ~95 % of their code and dependencies: one
 # build, one scan, one tag to promote, and the layer is pulled once per node.
 #
@@ -63,12 +64,14 @@ RUN cargo build --release --locked \
         --bin shopeasy-inventory \
         --bin shopeasy-identity \
         --bin shopeasy-faults \
+        --bin shopeasy-console \
         --bin shopeasy-probe \
     && mkdir -p /out/usr/local/bin \
     && cp target/release/shopeasy-gateway target/release/shopeasy-product \
           target/release/shopeasy-order target/release/shopeasy-inventory \
           target/release/shopeasy-identity \
-          target/release/shopeasy-faults target/release/shopeasy-probe /out/usr/local/bin/ \
+          target/release/shopeasy-faults target/release/shopeasy-console \
+          target/release/shopeasy-probe /out/usr/local/bin/ \
     && for lib in $(ldd /out/usr/local/bin/* | grep -o '/[^ ]*\.so[^ ]*' | sort -u); do \
          mkdir -p "/out$(dirname "$lib")" && cp -L "$lib" "/out$lib"; \
        done \

@@ -13,7 +13,7 @@
 # last step checks). Jaeger and Grafana (profile `viewers`) are not started:
 # they have no image on machines without a registry, and nothing needs them.
 #
-# Environment: GATEWAY_PORT (8080) and FAULTS_API_PORT (8474) as compose
+# Environment: GATEWAY_PORT (8080), FAULTS_API_PORT (8474) and CONSOLE_PORT (8090) as compose
 # reads them; SMOKE_PROJECT (shopeasy-smoke) names the compose project, so a
 # stack of your own is not touched; SMOKE_BURST (24) orders in the burst;
 # SMOKE_BUILD=0 runs the image already built (`docker build -t shopeasy:local .`).
@@ -25,6 +25,7 @@ export DOCKER_BUILDKIT="${DOCKER_BUILDKIT:-0}" COMPOSE_DOCKER_CLI_BUILD="${COMPO
 project="${SMOKE_PROJECT:-shopeasy-smoke}"
 gw="http://127.0.0.1:${GATEWAY_PORT:-8080}"
 faults="http://127.0.0.1:${FAULTS_API_PORT:-8474}"
+console="http://127.0.0.1:${CONSOLE_PORT:-8090}"
 burst="${SMOKE_BURST:-24}"
 # No SERVICE_TOKEN: the run proves the no-.env path, where compose's
 # `secrets` service generates Order's credential at Inventory into a volume
@@ -146,6 +147,22 @@ mug=$(python3 -c 'import json,sys; print([p["id"] for p in json.load(open(sys.ar
 [ "$mug" = 86fcd549-bb1b-50ff-add3-b7d9cbe6d0b4 ] || fail "MUG-001 has id $mug, not its SKU-derived id"
 pen=$(python3 -c 'import json,sys; print([p["id"] for p in json.load(open(sys.argv[1]))["items"] if p["sku"]=="PEN-005"][0])' "$work/products.json")
 ok "12 products, SKU-derived ids"
+
+# --- 3b. the console: its page, four services and the fault API's four edges, read by name --------
+step console
+curl -sf "$console/" -o /dev/null || fail "GET $console/"
+deadline=$(($(date +%s) + 30))
+until curl -sf "$console/api/snapshot" -o "$work/console.json" \
+  && [ "$(field "$work/console.json" '["services"].__len__()')" = 4 ] \
+  && [ "$(field "$work/console.json" '["edges"].__len__()')" = 4 ]; do
+  [ "$(date +%s)" -lt "$deadline" ] || fail "the console's snapshot has not 4 services and 4 edges: $(head -c 600 "$work/console.json" 2>/dev/null)"
+  sleep 0.5
+done
+up=$(python3 -c 'import json,sys; print(sum(s["up"] for s in json.load(open(sys.argv[1]))["services"]))' "$work/console.json")
+[ "$up" = 4 ] || fail "the console sees $up of 4 services up"
+code=$(curl -s -o /dev/null -w '%{http_code}' -H 'host: evil.example' "$console/api/snapshot")
+[ "$code" = 403 ] || fail "the console answered a foreign Host with $code, not 403"
+ok "GET / 200; 4 services up, 4 edges; a foreign Host 403"
 
 # --- 4. sign in; without a token no order route answers -----------------------------------
 step "sign in"

@@ -22,6 +22,10 @@ pub const VIEWERS: &[&str] = &["jaeger", "prometheus", "grafana"];
 /// the host's loopback only: whoever reaches it can break the system.
 pub const FAULTS: &str = "faults";
 
+/// The compose service running the console (`shopeasy-console`). It may
+/// publish its page, on `${SHOPEASY_BIND:-127.0.0.1}` as the viewers are.
+pub const CONSOLE: &str = "console";
+
 /// The service edges compose routes through a fault proxy: the proxy's name
 /// (as in the embedded mode, `caller-callee`), the caller, and the caller's
 /// variable that holds the callee's URL.
@@ -276,7 +280,7 @@ impl ComposeService {
 /// key, listens on SPEC's ports, has a health check on its admin listener,
 /// runs as non-root on a read-only file system with no capabilities,
 /// starts after what it calls is healthy, and publishes no port unless it is
-/// the gateway or a viewer.
+/// the gateway, the console or a viewer (those on loopback by default).
 pub fn check(compose: &Compose, specs: &[ServiceSpec]) -> Vec<Finding> {
     let mut out = Vec::new();
     for spec in specs {
@@ -343,7 +347,9 @@ pub fn check(compose: &Compose, specs: &[ServiceSpec]) -> Vec<Finding> {
     }
     for (name, service) in &compose.services {
         let place = format!("docker-compose.yml: services.{name}");
-        let ours = specs.iter().any(|s| s.name == name) || VIEWERS.contains(&name.as_str());
+        let ours = specs.iter().any(|s| s.name == name)
+            || VIEWERS.contains(&name.as_str())
+            || name == CONSOLE;
         if name == FAULTS {
             if let Some(open) = service.ports.iter().find(|p| !p.starts_with("127.0.0.1:")) {
                 out.push(Finding::new(
@@ -351,7 +357,7 @@ pub fn check(compose: &Compose, specs: &[ServiceSpec]) -> Vec<Finding> {
                     format!("publishes {open:?}: the fault API is published on 127.0.0.1 only"),
                 ));
             }
-        } else if VIEWERS.contains(&name.as_str()) {
+        } else if VIEWERS.contains(&name.as_str()) || name == CONSOLE {
             check_published_on_loopback(&place, service, &mut out);
         } else if !ours && !service.ports.is_empty() {
             out.push(Finding::new(

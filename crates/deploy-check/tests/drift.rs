@@ -183,6 +183,24 @@ fn the_demo_overlays_fault_proxy_is_composes_order_inventory_proxy() {
 }
 
 #[test]
+fn the_console_is_published_on_loopback_unless_told_otherwise() {
+    let text = read("docker-compose.yml");
+    assert!(
+        text.contains("\"${SHOPEASY_BIND:-127.0.0.1}:${CONSOLE_PORT:-8090}:8090\""),
+        "the console's page is published like the viewers"
+    );
+    let open = mutate(
+        &text,
+        "\"${SHOPEASY_BIND:-127.0.0.1}:${CONSOLE_PORT:-8090}:8090\"",
+        "\"${CONSOLE_PORT:-8090}:8090\"",
+    );
+    assert_caught(
+        &compose_findings(&open),
+        "services.console: publishes \"${CONSOLE_PORT:-8090}:8090\" on all interfaces",
+    );
+}
+
+#[test]
 fn a_fault_api_published_beyond_loopback_is_caught() {
     let text = mutate(
         &read("docker-compose.yml"),

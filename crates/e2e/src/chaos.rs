@@ -10,6 +10,14 @@
 //! Everything random comes from one seed: the schedule ([`schedule`]) and
 //! each client's choices. The interleaving with real time is not
 //! reproducible, but the schedule and every request body are.
+//!
+//! By default each client is closed-loop (the next request once the last
+//! is answered). With [`ChaosConfig::rate`] the clients are open-loop
+//! instead, together offering that many orders per second whatever the
+//! answers — a rate above the capacity meets the services' admission
+//! control, whose refusals (503 `overloaded`, 429) are counted like any
+//! answer and checked like a definite failure: a shed request made no
+//! order (issue 14).
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -21,7 +29,7 @@ use tokio::time::Instant;
 use crate::{
     client::Client,
     cluster::Cluster,
-    history::{History, Intent, Op},
+    history::{History, Intent, Op, Outcome},
     invariants::{self, Snapshot},
 };
 
@@ -94,6 +102,10 @@ pub struct ChaosConfig {
     pub duration: Duration,
     /// How long pending orders may take to resolve once healed (C8).
     pub drain_within: Duration,
+    /// Open-loop load: orders per second offered by all clients together,
+    /// each sent at its intended time without waiting for earlier answers.
+    /// `None`: closed-loop clients.
+    pub rate: Option<f64>,
 }
 
 /// What a run found.
@@ -117,16 +129,23 @@ impl ChaosReport {
     /// A few lines for the test log.
     pub fn summary(&self) -> String {
         format!(
-            "seed {} ops {} statuses {:?} orders {} keys sent by several customers {} \
+            "seed {} ops {} statuses {:?} shed {} orders {} keys sent by several customers {} \
              drained in {:?} violations {}",
             self.seed,
             self.history.ops().len(),
             self.statuses,
+            self.shed(),
             self.snapshot.orders.len(),
             self.shared_keys(),
             self.drained_in,
             self.violations.len()
         )
+    }
+
+    /// Requests refused by admission control or a rate limit (503
+    /// `overloaded`, 429): no work was done for them.
+    pub fn shed(&self) -> usize {
+        self.history.ops().iter().filter(|op| is_shed(op)).count()
     }
 
     /// Keys that more than one customer sent (each its own key: scoped).
@@ -207,13 +226,18 @@ pub async fn run(
         let products = products.clone();
         let shared = shared.clone();
         let seed = config.seed ^ ((c as u64 + 1) << 32);
+        // Each client's share of the open-loop rate.
+        let pace = config
+            .rate
+            .filter(|r| *r > 0.0)
+            .map(|r| Duration::from_secs_f64(config.clients as f64 / r));
         tasks.spawn(async move {
             let me = Customer {
                 index: c,
                 name,
                 client,
             };
-            customer(me, seed, products, history, shared, deadline).await;
+            customer(me, seed, products, history, shared, deadline, pace).await;
         });
     }
     {
@@ -256,6 +280,7 @@ pub async fn run(
     // The warm-up orders are not in the history; leave them out.
     snapshot.without_customer(WARM_UP);
     violations.extend(invariants::check(&history, &snapshot, &initial));
+    violations.extend(shed_made_no_order(&history, &snapshot));
     // Faults never make a signed-in customer a stranger: the token is
     // checked by the gateway and the order service alike, with no call
     // out (a fixed key), so no fault may turn into a 401 or 403.
@@ -320,6 +345,51 @@ async fn clear(proxy: &shopeasy_faults::FaultProxy, fault: Option<Fault>) {
     proxy.set_enabled(true).await;
 }
 
+/// Whether the answer is a refusal before any work: admission control's
+/// 503 `overloaded` (any layer) or a rate limit's 429.
+pub fn is_shed(op: &Op) -> bool {
+    match op.answer.status {
+        Some(429) => true,
+        Some(503) => op.problem_type().ends_with("overloaded"),
+        _ => false,
+    }
+}
+
+/// A shed request made no order: every key whose answers were all
+/// refusals (or definite failures) names no order (C3 for shedding).
+fn shed_made_no_order(history: &History, snapshot: &Snapshot) -> Vec<String> {
+    let mut keys: BTreeMap<(String, String), Vec<Op>> = BTreeMap::new();
+    for op in history.ops() {
+        keys.entry((op.customer.clone(), op.key.clone()))
+            .or_default()
+            .push(op);
+    }
+    keys.into_iter()
+        .filter(|(_, ops)| {
+            // As C3: a reuse's 422 is about another body, not this key's.
+            let relevant: Vec<&Op> = ops
+                .iter()
+                .filter(|op| op.intent != Intent::Reuse || op.outcome() != Outcome::Fail)
+                .collect();
+            relevant.iter().any(|op| is_shed(op))
+                && relevant
+                    .iter()
+                    .all(|op| is_shed(op) || op.outcome() == Outcome::Fail)
+        })
+        .filter_map(|(scoped, _)| {
+            let id = snapshot.keys.get(&scoped)?;
+            let (_, status) = snapshot.orders.get(id)?;
+            (status != "rejected").then(|| {
+                format!(
+                    "shed: key {} of {} was only refused (503 overloaded / 429), \
+                     yet order {id} is {status}",
+                    scoped.1, scoped.0
+                )
+            })
+        })
+        .collect()
+}
+
 /// The customer the runs' warm-up orders are placed as (left out of the
 /// check: they are not in the history).
 pub const WARM_UP: &str = "warm-up";
@@ -340,6 +410,10 @@ struct Customer {
 /// key, never a replay of the other's order), a retry of one of its
 /// earlier keys with the same body (20 %) or a reuse of an earlier key with
 /// another body (10 %).
+///
+/// With a `pace` it is open-loop: request `n` leaves at `start + n·pace`
+/// (late ones at once), each answered in a task of its own, and the run
+/// ends once every answer is in (or the client's timeout passed).
 async fn customer(
     me: Customer,
     seed: u64,
@@ -347,7 +421,11 @@ async fn customer(
     history: History,
     shared: Keys,
     deadline: Instant,
+    pace: Option<Duration>,
 ) {
+    let start = Instant::now();
+    let mut in_flight = tokio::task::JoinSet::new();
+    let mut sent = 0u32;
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut earlier: Vec<(String, Value)> = Vec::new();
     let mut mine: std::collections::HashSet<String> = std::collections::HashSet::new();
@@ -399,6 +477,26 @@ async fn customer(
             }
             (key, body, Intent::Reuse)
         };
+        if let Some(pace) = pace {
+            sent += 1;
+            let (client, history) = (me.client.clone(), history.clone());
+            let (index, name) = (me.index, me.name.clone());
+            in_flight.spawn(async move {
+                let answer = client.post_json("/api/orders", &body, Some(&key)).await;
+                history.record(Op {
+                    client: index,
+                    customer: name,
+                    key,
+                    intent,
+                    body,
+                    answer,
+                });
+            });
+            // Reap what has finished so the set stays small.
+            while in_flight.try_join_next().is_some() {}
+            tokio::time::sleep_until(start + pace * sent).await;
+            continue;
+        }
         let answer = me.client.post_json("/api/orders", &body, Some(&key)).await;
         // A failing edge answers in microseconds; back off a little, as a
         // real client would, so a fault does not flood the history.
@@ -416,5 +514,69 @@ async fn customer(
             answer,
         });
         tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+    while in_flight.join_next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::Answer;
+
+    fn op(key: &str, status: u16, kind: &str, intent: Intent) -> Op {
+        let body = json!({"type": format!("urn:shopeasy:problem:{kind}")});
+        Op {
+            client: 0,
+            customer: "c".to_owned(),
+            key: key.to_owned(),
+            intent,
+            body: json!({"items": []}),
+            answer: Answer {
+                status: Some(status),
+                headers: Vec::new(),
+                body: body.to_string().into_bytes(),
+                elapsed: Duration::ZERO,
+                error: None,
+            },
+        }
+    }
+
+    fn stored(snapshot: &mut Snapshot, key: &str, id: &str, status: &str) {
+        snapshot
+            .keys
+            .insert(("c".to_owned(), key.to_owned()), id.to_owned());
+        snapshot
+            .orders
+            .insert(id.to_owned(), ("c".to_owned(), status.to_owned()));
+    }
+
+    #[test]
+    fn a_shed_request_must_not_have_made_an_order() {
+        let history = History::default();
+        // Only refused: any live order of these keys is a violation.
+        history.record(op("k1", 503, "overloaded", Intent::Fresh));
+        history.record(op("k2", 429, "rate-limited", Intent::Fresh));
+        history.record(op("k2", 503, "overloaded", Intent::Retry));
+        // Refused, then an unknown outcome: an order may exist.
+        history.record(op("k3", 503, "overloaded", Intent::Fresh));
+        history.record(op("k3", 504, "gateway-timeout", Intent::Retry));
+        // Another 503 is not a refusal before work.
+        history.record(op("k4", 503, "dependency-unavailable", Intent::Fresh));
+        let mut snapshot = Snapshot::default();
+        assert!(shed_made_no_order(&history, &snapshot).is_empty());
+        for (key, id) in [("k1", "o1"), ("k2", "o2"), ("k3", "o3"), ("k4", "o4")] {
+            stored(&mut snapshot, key, id, "confirmed");
+        }
+        let found = shed_made_no_order(&history, &snapshot);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found[0].contains("k1") && found[1].contains("k2"),
+            "{found:?}"
+        );
+        // A rejected order holds nothing: not a violation.
+        stored(&mut snapshot, "k1", "o1", "rejected");
+        assert_eq!(shed_made_no_order(&history, &snapshot).len(), 1);
+        assert!(is_shed(&op("k", 429, "rate-limited", Intent::Fresh)));
+        assert!(!is_shed(&op("k", 503, "bad-gateway", Intent::Fresh)));
     }
 }

@@ -68,10 +68,11 @@ pub(crate) enum ProxyError {
     /// A method outside RFC 9110's set (never forwarded, never a label).
     #[error("the method is not one of RFC 9110's")]
     MethodNotAllowed,
-    /// A method the route does not serve (sign-in takes only `POST`).
+    /// A method the route does not serve (sign-in takes only `POST`, a
+    /// product's stock only `GET` and `HEAD`).
     #[error("this route accepts only {allow}")]
     WrongMethod {
-        /// The `Allow` field: the one method the route serves.
+        /// The `Allow` field: the methods the route serves.
         allow: &'static str,
     },
     /// The route needs a customer and the bearer token is missing or bad

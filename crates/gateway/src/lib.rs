@@ -29,6 +29,8 @@
 //! - `error::ProxyError` is every way the gateway itself answers; its
 //!   `IntoResponse` is the one place those become problem+json responses
 //!   with a `Proxy-Status` header.
+//! - `storefront` serves the embedded static pages at `/` and `/assets/*`
+//!   (paths no route serves; GET and HEAD only, never rate-limited).
 //! - `observe` names the metrics; [`settings`] is the configuration.
 
 mod activity;
@@ -42,6 +44,7 @@ mod retry;
 mod routes;
 mod server;
 pub mod settings;
+mod storefront;
 mod upstream;
 
 use shopeasy_resilience::registry::Registry;

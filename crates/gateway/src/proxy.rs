@@ -72,6 +72,7 @@ use crate::{
     routes::{Access, NoRoute, Route, RouteTable},
     server::ClientConnection,
     settings::GatewaySettings,
+    storefront,
     upstream::{self, Origin, Pooled, UpstreamBody, UpstreamError},
 };
 
@@ -139,7 +140,7 @@ impl Proxy {
             lanes.push(Lane {
                 name: route.name,
                 route: route.clone(),
-                only: route.only.clone(),
+                only: route.only,
                 policy: RetryPolicy::new(g.get_retries, backoff, budget),
                 metrics: Arc::new(RouteMetrics::new(route.name)),
                 origin,
@@ -223,8 +224,8 @@ struct Lane {
     name: &'static str,
     /// Its entry in the route table: who may call it, and how.
     route: Route,
-    /// The one method it serves, if only one.
-    only: Option<http::Method>,
+    /// The methods it serves, if not all.
+    only: Option<crate::routes::Methods>,
     /// The route's retry policy and budget.
     policy: RetryPolicy,
     /// Pre-registered metric handles.
@@ -258,6 +259,12 @@ impl Shared {
         let started = Instant::now();
         let lane = match self.route(connection, request.uri().path()) {
             Ok(lane) => lane,
+            // No API route: the storefront's pages, or 404.
+            Err(ProxyError::NoRoute) => {
+                let (method, path) = (request.method(), request.uri().path());
+                return storefront::serve(method, path, request.headers())
+                    .unwrap_or_else(|| fail("unmatched", ProxyError::NoRoute, started));
+            }
             Err(error) => return fail("unmatched", error, started),
         };
         let span = request_span(lane.name, observe::method_label(request.method()));
@@ -316,6 +323,13 @@ impl Shared {
     {
         let (mut parts, body) = request.into_parts();
         let deadline = Deadline::from_headers(&parts.headers);
+        // The deadline that travels, as this hop got it (the console draws it).
+        if let Some(d) = deadline {
+            tracing::Span::current().record(
+                "deadline_left_ms",
+                u64::try_from(d.remaining().as_millis()).unwrap_or(u64::MAX),
+            );
+        }
         let mut admitted = self
             .admit(lane, connection.client, &parts, deadline)
             .await?;
@@ -379,11 +393,11 @@ impl Shared {
         if !observe::is_standard_method(&parts.method) {
             return Err(ProxyError::MethodNotAllowed);
         }
-        if let Some(only) = &lane.only
-            && parts.method != *only
+        if let Some(only) = lane.only
+            && !only.allows(&parts.method)
         {
             return Err(ProxyError::WrongMethod {
-                allow: observe::method_label(only),
+                allow: only.allow(),
             });
         }
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -632,6 +646,7 @@ fn request_span(route: &'static str, method: &str) -> tracing::Span {
         http.request.method = method,
         http.response.status_code = tracing::field::Empty,
         retries = tracing::field::Empty,
+        deadline_left_ms = tracing::field::Empty,
     )
 }
 

@@ -1,6 +1,7 @@
 //! The route table of SPEC §6 and §11: `/api/products*` → product
 //! (anonymous), `/api/orders*` → order (a verified customer),
-//! `POST /api/session` → identity (sign-in, anonymous; only when
+//! `GET`/`HEAD /api/stock/*` → order (anonymous: a product's stock is not
+//! personal; issue 18), `POST /api/session` → identity (sign-in, anonymous; only when
 //! `routes.identity_url` is set), anything else → 404. Who may call a route
 //! and with which method is part of its entry here, so the whole table is
 //! read in one place. Pure data, no I/O, so it is tested without a network.
@@ -19,17 +20,46 @@ pub(crate) enum Access {
     Customer,
 }
 
+/// The methods a route serves when it does not serve them all; any other
+/// is a 405 with [`Methods::allow`] as its `Allow` field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Methods {
+    /// `POST` only (sign-in).
+    Post,
+    /// `GET` and `HEAD` only: a read-only resource (a product's stock).
+    Read,
+}
+
+impl Methods {
+    /// Whether `method` is served.
+    pub(crate) fn allows(self, method: &Method) -> bool {
+        match self {
+            Self::Post => method == Method::POST,
+            Self::Read => method == Method::GET || method == Method::HEAD,
+        }
+    }
+
+    /// The `Allow` field of a 405 (RFC 9110 §10.2.1).
+    pub(crate) fn allow(self) -> &'static str {
+        match self {
+            Self::Post => "POST",
+            Self::Read => "GET, HEAD",
+        }
+    }
+}
+
 /// One destination: a name for metrics and an origin to send requests to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Route {
-    /// `product`, `order` or `identity`: the `route` label of every gateway
-    /// metric and the retry budget's name.
+    /// `product`, `order`, `stock` or `identity`: the `route` label of
+    /// every gateway metric and the retry budget's name (`stock` goes to
+    /// the order service, over the same connection pool as `order`).
     pub(crate) name: &'static str,
     /// Whether a verified customer is required.
     pub(crate) access: Access,
-    /// The one method the route serves, when it serves only one (sign-in
-    /// is `POST`; anything else is a 405 there).
-    pub(crate) only: Option<Method>,
+    /// The methods the route serves, when not all (sign-in is `POST`,
+    /// stock `GET`/`HEAD`; anything else is a 405 there).
+    pub(crate) only: Option<Methods>,
     /// A path a `GET` of which is anonymous even on a customer's route:
     /// the service's own API document (`/api/orders/openapi.json`), which
     /// a client reads before it has signed in.
@@ -54,6 +84,10 @@ pub(crate) enum NoRoute {
 /// The exact path of the sign-in route.
 pub(crate) const SESSION_PATH: &str = "/api/session";
 
+/// The prefix of a product's stock (`/api/stock/{product_id}`), served
+/// by the order service to anyone.
+pub(crate) const STOCK_PREFIX: &str = "/api/stock";
+
 /// The order service's OpenAPI document: anonymous, unlike the rest of
 /// `/api/orders*`.
 pub(crate) const ORDER_DOCUMENT_PATH: &str = "/api/orders/openapi.json";
@@ -73,6 +107,8 @@ impl Route {
 pub(crate) struct RouteTable {
     product: Route,
     order: Route,
+    /// A product's stock: the order service, anonymous, read-only.
+    stock: Route,
     /// `None` when `routes.identity_url` is empty.
     identity: Option<Route>,
 }
@@ -88,22 +124,25 @@ impl RouteTable {
             None
         } else {
             let mut route = parse("identity", &settings.identity_url)?;
-            route.only = Some(Method::POST);
+            route.only = Some(Methods::Post);
             Some(route)
         };
         let mut order = parse("order", &settings.order_url)?;
         order.access = Access::Customer;
         order.open_document = Some(ORDER_DOCUMENT_PATH);
+        let mut stock = parse("stock", &settings.order_url)?;
+        stock.only = Some(Methods::Read);
         Ok(Self {
             product: parse("product", &settings.product_url)?,
             order,
+            stock,
             identity,
         })
     }
 
     /// Every route, for per-route state (retry budgets).
     pub(crate) fn all(&self) -> impl Iterator<Item = &Route> {
-        [&self.product, &self.order]
+        [&self.product, &self.order, &self.stock]
             .into_iter()
             .chain(self.identity.as_ref())
     }
@@ -117,6 +156,8 @@ impl RouteTable {
             &self.product
         } else if under(path, "/api/orders") {
             &self.order
+        } else if under(path, STOCK_PREFIX) {
+            &self.stock
         } else if path == SESSION_PATH
             && let Some(identity) = &self.identity
         {
@@ -224,7 +265,7 @@ mod tests {
     #[test]
     fn sign_in_is_routed_exactly_and_only_when_configured() {
         assert_eq!(table().resolve("/api/session"), Err(NoRoute::NotFound));
-        assert_eq!(table().all().count(), 2);
+        assert_eq!(table().all().count(), 3);
         let t = RouteTable::new(&RouteSettings {
             identity_url: "http://127.0.0.1:8085".into(),
             ..RouteSettings::default()
@@ -232,8 +273,8 @@ mod tests {
         .unwrap();
         let r = t.resolve("/api/session").unwrap();
         assert_eq!(
-            (r.name, r.access, r.only.clone()),
-            ("identity", Access::Anonymous, Some(Method::POST))
+            (r.name, r.access, r.only),
+            ("identity", Access::Anonymous, Some(Methods::Post))
         );
         assert_eq!(r.authority.as_str(), "127.0.0.1:8085");
         for path in [
@@ -244,7 +285,50 @@ mod tests {
         ] {
             assert_eq!(t.resolve(path), Err(NoRoute::NotFound), "{path}");
         }
-        assert_eq!(t.all().count(), 3);
+        assert_eq!(t.all().count(), 4);
+    }
+
+    #[test]
+    fn stock_goes_to_the_order_service_for_anyone_and_only_to_read() {
+        let t = table();
+        let order = t.resolve("/api/orders").unwrap().authority.clone();
+        for path in [
+            "/api/stock/0b9f6a3e-0000-4000-8000-000000000000",
+            "/api/stock",
+            "/api/stock/x",
+        ] {
+            let r = t.resolve(path).unwrap();
+            assert_eq!(r.name, "stock", "{path}");
+            assert_eq!(r.authority, order, "{path}: the order service");
+            assert_eq!(r.access, Access::Anonymous, "{path}");
+            for method in [Method::GET, Method::POST, Method::DELETE] {
+                assert_eq!(
+                    r.access_for(&method, path),
+                    Access::Anonymous,
+                    "{method} {path}"
+                );
+            }
+        }
+        let read = t.resolve("/api/stock/1").unwrap().only.unwrap();
+        assert_eq!(read, Methods::Read);
+        assert!(read.allows(&Method::GET) && read.allows(&Method::HEAD));
+        for method in [
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+            Method::OPTIONS,
+        ] {
+            assert!(!read.allows(&method), "{method}");
+        }
+        assert_eq!(read.allow(), "GET, HEAD");
+        assert!(Methods::Post.allows(&Method::POST) && !Methods::Post.allows(&Method::GET));
+        assert_eq!(t.resolve("/api/products/1").unwrap().only, None);
+        assert_eq!(t.resolve("/api/orders/1").unwrap().only, None);
+        for path in ["/api/stocks", "/api/stockx/1", "/api/stock-admin"] {
+            assert_eq!(t.resolve(path), Err(NoRoute::NotFound), "{path}");
+        }
+        assert_eq!(t.resolve("/api/stock/../orders"), Err(NoRoute::DotSegment));
     }
 
     #[test]

@@ -360,6 +360,56 @@ async fn product_routes_stay_anonymous_and_pass_any_token_through() {
 }
 
 #[tokio::test]
+async fn stock_goes_to_order_for_anyone_and_only_to_read() {
+    let (gw, product, order) = system().await;
+    let id = "0b9f6a3e-0000-4000-8000-000000000000";
+    let path = format!("/api/stock/{id}");
+    // No token, or a broken one: not checked, forwarded as it came.
+    let r = http().get(gw.url(&path)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r = http()
+        .get(gw.url(&path))
+        .bearer_auth("not-a-jwt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = http().head(gw.url(&path)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let seen = order.seen();
+    assert_eq!(seen.len(), 3, "all three reached order");
+    assert!(seen.iter().all(|s| s.path == path), "{seen:?}");
+    assert_eq!(
+        seen.iter().map(|s| s.method.as_str()).collect::<Vec<_>>(),
+        ["GET", "GET", "HEAD"]
+    );
+    assert_eq!(seen[0].authorization, None);
+    assert_eq!(seen[1].authorization.as_deref(), Some("Bearer not-a-jwt"));
+    assert_eq!(product.count(), 0);
+
+    // Read-only: any other method is the gateway's 405, with `Allow`.
+    for method in ["POST", "PUT", "PATCH", "DELETE"] {
+        let r = http()
+            .request(method.parse().unwrap(), gw.url(&path))
+            .bearer_auth(support::token("alice"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405, "{method}");
+        assert_eq!(r.headers()["allow"], "GET, HEAD", "{method}");
+    }
+    assert_eq!(order.count(), 3, "refused at the gateway");
+    let m = gw.metrics().await;
+    assert!(
+        m.sum(
+            "shopeasy_gateway_requests_total",
+            &[("route", "stock"), ("status", "200")]
+        ) >= 3.0,
+        "stock has its own route label"
+    );
+}
+
+#[tokio::test]
 async fn sign_in_through_the_gateway_returns_a_token_the_order_routes_accept() {
     let (issuer, served) = issuer().await;
     let (_product, p) = Stub::start().await;

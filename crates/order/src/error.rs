@@ -22,6 +22,10 @@ pub enum Error {
     /// No such order (404).
     #[error("no such order")]
     NotFound,
+    /// No stock is known for this product: Inventory has no record of it,
+    /// or the id is not a product id (404).
+    #[error("no stock record")]
+    UnknownStock,
     /// Some products do not exist (404 `unknown-product`).
     #[error("unknown products")]
     UnknownProducts(Vec<Uuid>),
@@ -107,6 +111,7 @@ impl Error {
         match self {
             Self::Validation(errors) => Problem::validation(errors.iter().cloned()),
             Self::NotFound => Problem::not_found("no such order"),
+            Self::UnknownStock => Problem::not_found("no stock is known for this product"),
             Self::UnknownProducts(ids) => Problem::new(
                 StatusCode::NOT_FOUND,
                 "unknown-product",
@@ -211,6 +216,7 @@ mod tests {
         let cases = [
             (Error::Validation(vec![]), 422),
             (Error::NotFound, 404),
+            (Error::UnknownStock, 404),
             (Error::UnknownProducts(vec![]), 404),
             (
                 Error::OutOfStock {

@@ -1,12 +1,14 @@
 //! The public HTTP API (SPEC §3): thin adapters that authenticate the
 //! caller, extract, parse into domain types, call [`Orders`], and map the
-//! result. Every route acts for the bearer token's `sub` (issue 15): the
-//! token is verified before the body is read or the database is touched,
-//! and who may see what is decided in [`Orders`], not here. Errors become
-//! problems in [`crate::error`]; successful placements are rendered here,
-//! once, so that what is stored for an idempotent replay is exactly what
-//! was sent. Each handler carries its OpenAPI operation (the shared parts
-//! are in [`crate::openapi`]); `utoipa-axum` registers the two together.
+//! result. Every order route acts for the bearer token's `sub` (issue 15):
+//! the token is verified before the body is read or the database is
+//! touched, and who may see what is decided in [`Orders`], not here. Errors
+//! become problems in [`crate::error`]; successful placements are rendered
+//! here, once, so that what is stored for an idempotent replay is exactly
+//! what was sent. `GET /api/stock/{product_id}` is the one anonymous API
+//! route (stock is not personal; issue 18). Each handler carries its
+//! OpenAPI operation (the shared parts are in [`crate::openapi`]);
+//! `utoipa-axum` registers the two together.
 
 use std::time::Duration;
 
@@ -31,6 +33,7 @@ use crate::{
     idempotency::{self, valid_key},
     openapi::{ApiDoc, BodyProblems, CommonProblems, ProblemDetails},
     saga::{MAX_PAGE, Orders, Placed},
+    stock::StockLevel,
     store::{PageCursor, StoredResponse},
 };
 
@@ -66,7 +69,8 @@ fn customer(claims: &Claims) -> Result<Customer, Error> {
 }
 
 /// The public router: `/api/orders…` for the callers `verifier` accepts,
-/// and the OpenAPI document at [`crate::openapi::PATH`] for anyone, with
+/// and `/api/stock/{product_id}` and the OpenAPI document at
+/// [`crate::openapi::PATH`] for anyone, with
 /// request telemetry and the body limit; anything else is a 404 problem.
 pub fn router(orders: Orders, key_lock: Duration, verifier: Verifier) -> Router {
     // Every route's series exist at 0 before its first request, so a board
@@ -78,6 +82,7 @@ pub fn router(orders: Orders, key_lock: Duration, verifier: Verifier) -> Router 
             ("GET", "/api/orders", "200"),
             ("GET", "/api/orders/{id}", "200"),
             ("POST", "/api/orders/{id}/cancel", "200"),
+            ("GET", "/api/stock/{product_id}", "200"),
         ],
     );
     let (router, document) = api_router().split_for_parts();
@@ -113,6 +118,7 @@ fn api_router() -> OpenApiRouter<Api> {
         .routes(routes!(place, list))
         .routes(routes!(show))
         .routes(routes!(cancel))
+        .routes(routes!(stock))
 }
 
 /// `POST /api/orders`. The token is checked before the body (the
@@ -408,4 +414,76 @@ async fn cancel(
             .cancel(id, &customer, Deadline::from_headers(&headers))
             .await?,
     ))
+}
+
+/// A product's stock, as `GET /api/stock/{product_id}` answers it.
+#[derive(Debug, Serialize, ToSchema)]
+struct Stock {
+    /// The product.
+    product_id: Uuid,
+    /// Units available: what an order placed now is checked against.
+    available: i64,
+    /// True when Inventory is unavailable and this is an older, cached
+    /// count (the response's `Age` header then says how old).
+    stale: bool,
+    /// When the count was Inventory's answer, in Unix milliseconds.
+    as_of: i64,
+    /// How old the count is, in whole seconds.
+    age_seconds: u64,
+}
+
+impl From<StockLevel> for Stock {
+    fn from(level: StockLevel) -> Self {
+        Self {
+            product_id: level.product_id,
+            available: level.available,
+            stale: level.stale,
+            as_of: level.as_of_ms,
+            age_seconds: level.age.as_secs(),
+        }
+    }
+}
+
+/// `GET /api/stock/{product_id}`: anonymous (stock is not personal), read
+/// through the orders' own stock cache, so it is single-flight and keeps
+/// answering a stale count while Inventory is down. Never stored by a
+/// cache (`no-store`): the count changes with every order.
+#[utoipa::path(
+    get,
+    path = "/api/stock/{product_id}",
+    tag = "stock",
+    operation_id = "getStock",
+    summary = "A product's available stock (anonymous)",
+    description = "No token needed. The count is the one orders are checked against: served from the order service's stock cache (fresh for `resilience.stock_cache.ttl_seconds`), and, while Inventory is unavailable, the last count with `stale: true`, its age in `age_seconds` and the `Age` header. A product never cached while Inventory is down is 503 with `Retry-After`.",
+    security(()),
+    params(("product_id" = Uuid, Path, description = "The product id")),
+    responses(
+        (status = 200, description = "The product's stock", body = Stock,
+            headers(
+                ("Cache-Control" = String, description = "`no-store`: the count changes with every order"),
+                ("Age" = u64, description = "Only when `stale`: the count's age in seconds")
+            )),
+        (status = 404, description = "No stock is known for this product (Inventory has no record of it), or the id is not a product id", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 503, description = "Inventory is unavailable and no cached count can answer", body = ProblemDetails, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        (status = 504, description = "The request's deadline passed first (`deadline-exceeded`)", body = ProblemDetails, content_type = "application/problem+json"),
+    )
+)]
+async fn stock(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(product_id): Path<String>,
+) -> Result<Response, Error> {
+    let product = Uuid::try_parse(&product_id).map_err(|_| Error::UnknownStock)?;
+    let level = api
+        .orders
+        .stock(product, Deadline::from_headers(&headers))
+        .await?;
+    let mut response = Json(Stock::from(level)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if level.stale {
+        headers.insert(header::AGE, HeaderValue::from(level.age.as_secs()));
+    }
+    Ok(response)
 }

@@ -216,6 +216,9 @@ impl App {
             let registry = registry.clone();
             admin.report(section, move || registry.snapshot()[section].clone());
         }
+        if let Some(redis) = stock_cache.redis_guard().cloned() {
+            admin.report("redis", move || redis.report());
+        }
 
         Ok(Self {
             settings,

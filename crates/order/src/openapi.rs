@@ -29,8 +29,10 @@ pub const SECURITY_SCHEME: &str = "bearerAuth";
 #[openapi(
     info(
         title = "ShopEasy Order API",
-        description = "Orders of the signed-in customer. Every operation needs \
-`Authorization: Bearer <JWT>` (an access token from the shop's issuer); the customer \
+        description = "Orders of the signed-in customer, and the stock they are checked \
+against. Every order operation needs \
+`Authorization: Bearer <JWT>` (an access token from the shop's issuer); the stock of a \
+product (`GET /api/stock/{product_id}`) is anonymous. The customer \
 is the token's `sub`, never a field the client chooses. A customer sees, lists and \
 cancels only their own orders: another customer's order id is answered 404 exactly \
 like an unknown id. Errors are RFC 9457 problem details (`application/problem+json`) \
@@ -38,7 +40,10 @@ with `type`, `title`, `status`, `detail` and, for validation problems, `errors`.
     ),
     modifiers(&BearerAuth),
     components(schemas(ProblemDetails, FieldErrorDoc)),
-    tags((name = "orders", description = "The signed-in customer's orders"))
+    tags(
+        (name = "orders", description = "The signed-in customer's orders"),
+        (name = "stock", description = "Available stock per product, for anyone")
+    )
 )]
 pub(crate) struct ApiDoc;
 

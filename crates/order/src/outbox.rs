@@ -6,7 +6,8 @@
 //! UPDATE SKIP LOCKED`), runs them concurrently through
 //! [`Orders::run_task`] — `ReserveStock` for `pending` orders, `ReleaseStock`
 //! for cancelled ones, both keyed by the order id so a repeat is harmless —
-//! and publishes the backlog as `shopeasy_outbox_backlog`. Inventory calls go
+//! and publishes the backlog as `shopeasy_outbox_backlog` and the oldest
+//! row's age as [`OLDEST_PENDING_AGE`]. Inventory calls go
 //! through the same client as requests, so the breaker and retry budget
 //! apply; failed rows come back after a jittered exponential backoff.
 
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::{domain::now_ms, saga::Orders};
 
@@ -31,6 +33,17 @@ pub struct WorkerConfig {
 /// The `outcome` values of `shopeasy_outbox_processed_total` (what
 /// [`Orders::run_task`] counts for a reservation it ran).
 pub(crate) const PROCESSED_OUTCOMES: [&str; 3] = ["confirmed", "rejected", "deferred"];
+
+/// The age of the oldest row in the outbox, in seconds (0 when empty), as of
+/// the worker's last poll: "the oldest pending order has waited this long".
+pub const OLDEST_PENDING_AGE: &str = "shopeasy_outbox_oldest_pending_age_seconds";
+
+/// [`OLDEST_PENDING_AGE`]'s value for a row written at `oldest` (ms) seen
+/// at `now` (ms); 0 for an empty outbox (or a clock that went back).
+#[allow(clippy::cast_precision_loss)]
+pub fn oldest_age_seconds(oldest: Option<i64>, now: i64) -> f64 {
+    oldest.map_or(0.0, |at| now.saturating_sub(at).max(0) as f64 / 1000.0)
+}
 
 /// Registers the outbox's counters at 0 (every processed outcome, panics),
 /// so a healthy order service shows "0 processed", not no data, before its
@@ -81,7 +94,17 @@ pub async fn poll_once(orders: &Orders, config: WorkerConfig) -> usize {
         .await
     {
         Ok(tasks) => {
-            let results = join_all(tasks.iter().map(|task| orders.run_task(task))).await;
+            // Each task is a trace of its own: its Inventory attempts (a
+            // retry with the attempt it repeats) share a trace id.
+            let results = join_all(tasks.iter().map(|task| {
+                let span = tracing::info_span!(
+                    "outbox.task",
+                    order = %task.order_id,
+                    action = ?task.action
+                );
+                orders.run_task(task).instrument(span)
+            }))
+            .await;
             for (task, result) in tasks.iter().zip(&results) {
                 if let Err(e) = result {
                     tracing::warn!(order = %task.order_id, action = ?task.action, error = %e,
@@ -99,6 +122,10 @@ pub async fn poll_once(orders: &Orders, config: WorkerConfig) -> usize {
         #[allow(clippy::cast_precision_loss)]
         Ok(n) => metrics::gauge!("shopeasy_outbox_backlog").set(n as f64),
         Err(e) => tracing::debug!(error = %e, "cannot count the outbox"),
+    }
+    match store.oldest_pending_at().await {
+        Ok(oldest) => metrics::gauge!(OLDEST_PENDING_AGE).set(oldest_age_seconds(oldest, now_ms())),
+        Err(e) => tracing::debug!(error = %e, "cannot read the outbox's oldest row"),
     }
     ran
 }

@@ -39,7 +39,7 @@ use crate::{
     domain::{Customer, NewOrder, Order, OrderLine, OrderStatus, Shortage, now_ms},
     error::Error,
     failpoints::{Failpoint, Failpoints},
-    stock::{Reservations, Reserved, StockError, StockSource},
+    stock::{Reservations, Reserved, StockError, StockLevel, StockSource},
     store::{
         Action, Claim, Created, FirstTry, KeyHold, NewKey, Page, PageCursor, Resume, Store,
         StoredResponse, Task,
@@ -629,6 +629,39 @@ impl Orders {
             .ok_or(Error::NotFound)
     }
 
+    /// The stock of `product`, read through the same stock source the
+    /// placements check (the stale-serving, single-flight stock cache): a
+    /// page asking for it costs Inventory no more than an order does, and
+    /// while Inventory is down it answers the cached count, marked stale,
+    /// with its age.
+    ///
+    /// # Errors
+    /// [`Error::UnknownStock`] when Inventory has no record of `product`;
+    /// [`Error::InventoryUnavailable`] when Inventory is unavailable and no
+    /// cached count is usable; [`Error::DeadlineExceeded`].
+    pub async fn stock(
+        &self,
+        product: Uuid,
+        deadline: Option<Deadline>,
+    ) -> Result<StockLevel, Error> {
+        let answer = match self.ports.stock.check(product, deadline).await {
+            Ok(answer) => answer,
+            Err(StockError::DeadlineExceeded) => return Err(Error::DeadlineExceeded),
+            Err(StockError::Unavailable(reason)) => {
+                tracing::warn!(%reason, %product, "no stock answer");
+                return Err(Error::InventoryUnavailable);
+            }
+        };
+        let available = answer.available.ok_or(Error::UnknownStock)?;
+        Ok(StockLevel {
+            product_id: product,
+            available,
+            stale: answer.inventory_unavailable,
+            as_of_ms: now_ms().saturating_sub(millis(answer.age)),
+            age: answer.age,
+        })
+    }
+
     /// A page of `customer`'s orders (at most `limit`, capped at
     /// [`MAX_PAGE`]), newest first, continuing after `after`.
     ///
@@ -914,6 +947,12 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(tasks.len(), 1);
+        // The waiting row's age: written at or before now, and it grows.
+        let oldest = orders.store().oldest_pending_at().await.unwrap().unwrap();
+        let now = crate::domain::now_ms();
+        assert!(oldest <= now, "{oldest} > {now}");
+        let age = crate::outbox::oldest_age_seconds(Some(oldest), now + 1500);
+        assert!(age >= 1.5, "{age}");
         orders.run_task(&tasks[0]).await.unwrap();
         assert_eq!(
             orders.get(order.id, &customer()).await.unwrap().status,
@@ -924,6 +963,8 @@ mod tests {
             vec![order.id, order.id]
         );
         assert_eq!(orders.store().backlog().await.unwrap(), 0);
+        assert_eq!(orders.store().oldest_pending_at().await.unwrap(), None);
+        assert_eq!(crate::outbox::oldest_age_seconds(None, now), 0.0);
     }
 
     #[tokio::test]

@@ -7,7 +7,7 @@
 //! - [`Reservations`]: reserve all lines of an order or none, and release
 //!   them — both idempotent by reservation id (the order id).
 
-use std::fmt;
+use std::{fmt, time::Duration};
 
 use futures::future::BoxFuture;
 use shopeasy_resilience::deadline::Deadline;
@@ -48,6 +48,27 @@ pub struct StockAnswer {
     /// stale copy: a reservation now would most likely wait out a second
     /// timeout, so the saga hands the order to the outbox instead.
     pub inventory_unavailable: bool,
+    /// How old the count is: zero for one Inventory has just given, the
+    /// cached copy's age otherwise.
+    pub age: Duration,
+}
+
+/// A product's stock as the public sees it (`GET /api/stock/{id}`): the
+/// count the orders are checked against, and how current it is, so a page
+/// can say "stock as of 12 s ago" instead of passing an old count off as
+/// live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StockLevel {
+    /// The product.
+    pub product_id: Uuid,
+    /// Units available.
+    pub available: i64,
+    /// True when Inventory is unavailable and this is an older copy.
+    pub stale: bool,
+    /// When the count was Inventory's answer (Unix milliseconds).
+    pub as_of_ms: i64,
+    /// How old the count is.
+    pub age: Duration,
 }
 
 /// Units available per product.
@@ -76,6 +97,7 @@ pub trait StockSource: Send + Sync + fmt::Debug + 'static {
             Ok(StockAnswer {
                 available: available.await?,
                 inventory_unavailable: false,
+                age: Duration::ZERO,
             })
         })
     }

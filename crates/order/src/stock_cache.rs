@@ -49,6 +49,12 @@ pub struct StockCache {
 }
 
 impl StockCache {
+    /// Its Redis guard, when Redis is its second layer (for the `redis`
+    /// member of `/admin/resilience`).
+    pub fn redis_guard(&self) -> Option<&RedisGuard> {
+        self.l2.as_ref().map(|l2| &l2.redis)
+    }
+
     /// A cache in front of `source`, with Redis as its second layer when
     /// `redis_url` is not empty.
     ///
@@ -131,12 +137,14 @@ impl StockCache {
                 return Ok(StockAnswer {
                     available: Some(cached.value),
                     inventory_unavailable: cached.stale,
+                    age: cached.age,
                 });
             }
             Err(CacheError::NotFound) => {
                 return Ok(StockAnswer {
                     available: None,
                     inventory_unavailable: false,
+                    age: Duration::ZERO,
                 });
             }
             Err(e) => e,
@@ -151,6 +159,7 @@ impl StockCache {
             return Ok(StockAnswer {
                 available: Some(value),
                 inventory_unavailable: true,
+                age,
             });
         }
         Err(StockError::Unavailable(e.to_string()))

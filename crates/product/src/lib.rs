@@ -100,6 +100,9 @@ impl Service for App {
         );
         seed::demo_if_empty(settings.demo_seed, &catalogue).await?;
         if let Some(cache) = cache {
+            if let Some(redis) = cache.redis_guard().cloned() {
+                admin.report("redis", move || redis.report());
+            }
             admin.report("product_cache", move || cache.report());
         }
         let router = http::router(http::AppState {

@@ -3,11 +3,12 @@
 //!
 //! Three parts, in the order a request meets them:
 //!
-//! 1. an **adaptive concurrency limit** ([`GradientLimit`], Gradient2-like):
-//!    the number of requests in flight is capped at a limit found from the
-//!    service time of admitted requests, so the service stays near its
-//!    capacity instead of queueing work internally (pools, locks, the
-//!    runtime) until every request is slow;
+//! 1. an **adaptive concurrency limit** ([`GradientLimit`], a gradient
+//!    controller after Envoy's adaptive concurrency filter): the number of
+//!    requests in flight is capped at a limit found by comparing the service
+//!    time of admitted requests with a periodically re-measured minimum RTT,
+//!    so the service stays near its capacity instead of queueing work
+//!    internally (pools, locks, the runtime) until every request is slow;
 //! 2. a **short, deadline-aware queue**: a request that finds the limit
 //!    full waits at most `queue_timeout` for a slot — and not at all when
 //!    its deadline (the caller's remaining time from `shopeasy-deadline-ms`
@@ -35,8 +36,11 @@
 //! to what will be served and to what will be refused, so every wait —
 //! including those of the waiters already queued — is cut to
 //! `standing_queue_timeout` (M, a few milliseconds). Admitted requests then
-//! wait at most M, refusals come within M, and the first moment the queue
-//! is empty again makes it a good queue.
+//! wait at most M, refusals come within M, and a queue that has stayed
+//! empty for M and for a service time is a good queue again (one emptied
+//! for a moment, by slots freed all at once — the limit raised after a
+//! measurement of the minimum RTT — and refilled at once, was not drained
+//! by spare capacity: it is still standing).
 //!
 //! **Why written here.** `tower-acc` and `tower-resilience-adaptive` have the
 //! limit algorithms, but both wait for a permit in `poll_ready` without a
@@ -53,6 +57,8 @@
 //! [`Outcome`]'s four values.
 //!
 //! - `shopeasy_admission_limit{listener}` (gauge): the limit now;
+//! - `shopeasy_admission_min_rtt_seconds{listener}` (gauge): the last
+//!   measured minimum RTT (absent until measured);
 //! - `shopeasy_admission_in_flight{listener}` (gauge);
 //! - `shopeasy_admission_queued{listener}` (gauge): requests waiting;
 //! - `shopeasy_admission_requests_total{listener,outcome}` (counter),
@@ -70,7 +76,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! let admission = Admission::new("product", AdmissionConfig {
-//!     limit: LimitConfig { initial: 1, min: 1, max: 1 },
+//!     limit: LimitConfig { initial: 1, min: 1, max: 1, ..LimitConfig::default() },
 //!     queue_size: 0,
 //!     ..AdmissionConfig::default()
 //! });
@@ -97,7 +103,7 @@ use tokio::time::Instant;
 #[cfg(feature = "grpc")]
 pub use layer::GrpcRefusal;
 pub use layer::{AdmissionLayer, AdmissionService, RefusalResponse};
-pub use limit::{GradientLimit, LimitConfig};
+pub use limit::{GradientLimit, LimitConfig, Phase, Ticket};
 
 use crate::clock;
 use crate::deadline::Deadline;
@@ -126,11 +132,7 @@ impl Default for AdmissionConfig {
     /// The defaults the runtime's `admission.*` settings repeat.
     fn default() -> Self {
         Self {
-            limit: LimitConfig {
-                initial: 64,
-                min: 4,
-                max: 1000,
-            },
+            limit: LimitConfig::default(),
             queue_size: 64,
             queue_timeout: Duration::from_secs(1),
             standing_queue_timeout: Duration::from_millis(5),
@@ -220,7 +222,7 @@ impl Refusal {
 pub struct AdmissionSnapshot {
     /// The listener (service) name.
     pub listener: String,
-    /// The limit now.
+    /// The limit now (`min_limit` while the minimum RTT is measured).
     pub limit: usize,
     /// Its floor.
     pub min_limit: usize,
@@ -241,8 +243,20 @@ pub struct AdmissionSnapshot {
     pub standing: bool,
     /// The recent service time, in milliseconds.
     pub expected_ms: f64,
-    /// The normal service time, in milliseconds.
-    pub baseline_ms: f64,
+    /// What the limit is doing: `tracking` (following the gradient) or
+    /// `measuring` (held at `min_limit` to measure the minimum RTT).
+    pub phase: Phase,
+    /// The unqueued service time (p90 with at most `min_limit` in flight),
+    /// in milliseconds; `null` until first measured.
+    pub min_rtt_ms: Option<f64>,
+    /// The last window's service time (p90), in milliseconds.
+    pub sample_rtt_ms: Option<f64>,
+    /// The last gradient, `min_rtt × 1.25 / sample_rtt` within [0.5, 2]:
+    /// below 1 the limit shrinks.
+    pub gradient: Option<f64>,
+    /// When the minimum RTT is next measured, in milliseconds from now
+    /// (`null` before the first measurement and during one).
+    pub next_min_rtt_measurement_ms: Option<u64>,
     /// Requests per outcome since start.
     pub requests: OutcomeCounts,
 }
@@ -298,11 +312,14 @@ struct Shared {
 struct State {
     limit: GradientLimit,
     in_flight: usize,
-    /// Waiters, oldest first: a freed slot goes to the last (LIFO).
+    /// Waiters, oldest first: a freed slot (with the limit's ticket) goes
+    /// to the last (LIFO).
     waiters: Vec<Waiter>,
-    /// Since when the queue has been non-empty without a break (`None`:
-    /// empty now).
+    /// Since when the queue has been busy (`None`: it is not); see
+    /// [`State::busy_since`].
     busy_since: Option<Instant>,
+    /// Since when the queue has been empty (`None`: it has waiters).
+    empty_since: Option<Instant>,
     next_id: u64,
     counts: OutcomeCounts,
 }
@@ -311,11 +328,12 @@ struct Waiter {
     id: u64,
     /// When it joined the queue.
     since: Instant,
-    slot: oneshot::Sender<()>,
+    slot: oneshot::Sender<Ticket>,
 }
 
 struct Metrics {
     limit: Gauge,
+    min_rtt: Gauge,
     in_flight: Gauge,
     queued: Gauge,
     outcomes: [Counter; 4],
@@ -327,6 +345,7 @@ impl Metrics {
         let l = listener.to_owned();
         Self {
             limit: metrics::gauge!("shopeasy_admission_limit", "listener" => l.clone()),
+            min_rtt: metrics::gauge!("shopeasy_admission_min_rtt_seconds", "listener" => l.clone()),
             in_flight: metrics::gauge!("shopeasy_admission_in_flight", "listener" => l.clone()),
             queued: metrics::gauge!("shopeasy_admission_queued", "listener" => l.clone()),
             outcomes: Outcome::ALL.map(|o| {
@@ -359,6 +378,7 @@ impl Admission {
                     in_flight: 0,
                     waiters: Vec::new(),
                     busy_since: None,
+                    empty_since: None,
                     next_id: 0,
                     counts: OutcomeCounts::default(),
                 }),
@@ -402,7 +422,8 @@ impl Admission {
             if st.in_flight < limit {
                 st.in_flight += 1;
                 self.shared.admitted(&mut st, Outcome::Admitted);
-                return Ok(self.permit(arrived));
+                let ticket = st.limit.ticket();
+                return Ok(self.permit(arrived, ticket));
             }
             let expected = st.limit.expected();
             let refusal = |reason| Refusal {
@@ -439,7 +460,7 @@ impl Admission {
                 since: arrived,
                 slot: tx,
             });
-            st.busy_since.get_or_insert(arrived);
+            st.join(&cfg, arrived);
             self.shared.metrics.queued.set(st.waiters.len() as f64);
             (rx, id, wait, longest)
         };
@@ -450,23 +471,29 @@ impl Admission {
             rx: Some(rx),
         };
         let handed = match waiting.rx.as_mut() {
-            Some(rx) => matches!(
-                tokio::time::timeout_at(arrived + wait, rx).await,
-                Ok(Ok(()))
-            ),
-            None => false,
+            Some(rx) => tokio::time::timeout_at(arrived + wait, rx)
+                .await
+                .ok()
+                .and_then(Result::ok),
+            None => None,
         };
         let mut st = self.shared.lock();
         // Handed a slot, or handed one just as the wait ran out (the hand-over
         // happens under the lock, so after taking it the answer is final).
-        let got = handed || !st.remove_waiter(id) && waiting.try_take();
+        let got = handed.or_else(|| {
+            if st.remove_waiter(id) {
+                None
+            } else {
+                waiting.try_take()
+            }
+        });
         waiting.rx = None;
-        st.note_if_empty();
+        st.note_if_empty(clock::now());
         self.shared.metrics.queued.set(st.waiters.len() as f64);
-        if got {
+        if let Some(ticket) = got {
             self.shared.admitted(&mut st, Outcome::Queued);
             drop(st);
-            return Ok(self.permit(clock::now()));
+            return Ok(self.permit(clock::now(), ticket));
         }
         let reason = if wait < longest {
             Outcome::RefusedDeadline
@@ -487,6 +514,8 @@ impl Admission {
     pub fn snapshot(&self) -> AdmissionSnapshot {
         let st = self.shared.lock();
         let cfg = st.limit.config();
+        let now = clock::now();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
         AdmissionSnapshot {
             listener: self.shared.listener.clone(),
             limit: st.limit.limit(),
@@ -497,17 +526,25 @@ impl Admission {
             queue_size: self.shared.config.queue_size,
             queue_timeout_ms: millis(self.shared.config.queue_timeout),
             standing_queue_timeout_ms: millis(self.shared.config.standing_queue_timeout),
-            standing: st.is_standing(&self.shared.config, clock::now()),
-            expected_ms: st.limit.expected().as_secs_f64() * 1e3,
-            baseline_ms: st.limit.baseline().as_secs_f64() * 1e3,
+            standing: st.is_standing(&self.shared.config, now),
+            expected_ms: ms(st.limit.expected()),
+            phase: st.limit.phase(),
+            min_rtt_ms: st.limit.min_rtt().map(ms),
+            sample_rtt_ms: st.limit.sample_rtt().map(ms),
+            gradient: st.limit.gradient(),
+            next_min_rtt_measurement_ms: st
+                .limit
+                .next_measurement()
+                .map(|at| millis(at.saturating_duration_since(now))),
             requests: st.counts,
         }
     }
 
-    fn permit(&self, start: Instant) -> Permit {
+    fn permit(&self, start: Instant, ticket: Ticket) -> Permit {
         Permit {
             shared: Some(self.shared.clone()),
             start,
+            ticket,
         }
     }
 }
@@ -521,12 +558,12 @@ fn millis(d: Duration) -> u64 {
 struct Waiting<'a> {
     shared: &'a Shared,
     id: u64,
-    rx: Option<oneshot::Receiver<()>>,
+    rx: Option<oneshot::Receiver<Ticket>>,
 }
 
 impl Waiting<'_> {
-    fn try_take(&mut self) -> bool {
-        self.rx.as_mut().is_some_and(|rx| rx.try_recv().is_ok())
+    fn try_take(&mut self) -> Option<Ticket> {
+        self.rx.as_mut().and_then(|rx| rx.try_recv().ok())
     }
 }
 
@@ -536,19 +573,39 @@ impl Drop for Waiting<'_> {
             return;
         }
         let mut st = self.shared.lock();
-        if !st.remove_waiter(self.id) && self.try_take() {
+        if !st.remove_waiter(self.id) && self.try_take().is_some() {
             self.shared.release(&mut st, None);
         }
-        st.note_if_empty();
+        st.note_if_empty(clock::now());
         self.shared.metrics.queued.set(st.waiters.len() as f64);
     }
 }
 
 impl State {
-    /// Whether the queue has been non-empty for a whole `queue_timeout`.
+    /// Since when the queue has been busy at `now`: since a waiter joined
+    /// it after it had stayed empty for `standing_queue_timeout` and for the
+    /// expected service time (one round of the requests in flight). A queue
+    /// emptied for a moment and refilled within that time was emptied by
+    /// slots freed all at once (a limit raised after a measurement of the
+    /// minimum RTT), not drained by spare capacity: its busy spell goes on.
+    fn busy_since(&self, cfg: &AdmissionConfig, now: Instant) -> Option<Instant> {
+        let settle = cfg.standing_queue_timeout.max(self.limit.expected());
+        match self.empty_since {
+            Some(e) if now.saturating_duration_since(e) >= settle => None,
+            _ => self.busy_since,
+        }
+    }
+
+    /// Whether the queue has been busy for a whole `queue_timeout`.
     fn is_standing(&self, cfg: &AdmissionConfig, now: Instant) -> bool {
-        self.busy_since
+        self.busy_since(cfg, now)
             .is_some_and(|t| now.saturating_duration_since(t) >= cfg.queue_timeout)
+    }
+
+    /// A waiter joins the queue at `now`.
+    fn join(&mut self, cfg: &AdmissionConfig, now: Instant) {
+        self.busy_since = Some(self.busy_since(cfg, now).unwrap_or(now));
+        self.empty_since = None;
     }
 
     /// When the queue is standing, refuses every waiter that has waited
@@ -566,14 +623,16 @@ impl State {
             .take_while(|w| now.saturating_duration_since(w.since) >= cfg.standing_queue_timeout)
             .count();
         self.waiters.drain(..old);
-        self.note_if_empty();
+        self.note_if_empty(now);
         true
     }
 
-    /// An empty queue is a good queue again.
-    fn note_if_empty(&mut self) {
-        if self.waiters.is_empty() {
-            self.busy_since = None;
+    /// Notes when the queue became empty: once it has stayed so for
+    /// `standing_queue_timeout` and a service time, it is a good queue
+    /// again.
+    fn note_if_empty(&mut self, now: Instant) {
+        if self.waiters.is_empty() && self.empty_since.is_none() {
+            self.empty_since = Some(now);
         }
     }
 
@@ -615,25 +674,36 @@ impl Shared {
         self.metrics.outcomes[i].increment(1);
     }
 
-    /// Frees a slot (`rtt`: the finished request's service time, `None`
-    /// when it was abandoned) and hands free slots to the newest waiters.
-    fn release(&self, st: &mut State, rtt: Option<Duration>) {
-        if let Some(rtt) = rtt {
+    /// Frees a slot (`served`: the finished request's sample, `None` when
+    /// it was abandoned) and hands free slots to the newest waiters.
+    fn release(&self, st: &mut State, served: Option<Served>) {
+        if let Some(s) = served {
             let in_flight = st.in_flight;
-            st.limit.on_sample(rtt, in_flight);
+            st.limit.on_sample(s.rtt, in_flight, s.ticket, s.at);
             self.metrics.limit.set(st.limit.limit() as f64);
+            if let Some(min_rtt) = st.limit.min_rtt() {
+                self.metrics.min_rtt.set(min_rtt.as_secs_f64());
+            }
         }
         st.in_flight = st.in_flight.saturating_sub(1);
         while st.in_flight < st.limit.limit() {
             let Some(w) = st.waiters.pop() else { break };
-            if w.slot.send(()).is_ok() {
+            if w.slot.send(st.limit.ticket()).is_ok() {
                 st.in_flight += 1;
             }
         }
-        st.note_if_empty();
+        st.note_if_empty(served.as_ref().map_or_else(clock::now, |s| s.at));
         self.metrics.in_flight.set(st.in_flight as f64);
         self.metrics.queued.set(st.waiters.len() as f64);
     }
+}
+
+/// A served request, as the limit learns from it.
+#[derive(Clone, Copy)]
+struct Served {
+    rtt: Duration,
+    ticket: Ticket,
+    at: Instant,
 }
 
 /// An admitted request's slot. [`Permit::complete`] when it has been
@@ -644,6 +714,7 @@ impl Shared {
 pub struct Permit {
     shared: Option<Arc<Shared>>,
     start: Instant,
+    ticket: Ticket,
 }
 
 impl fmt::Debug for Permit {
@@ -659,8 +730,13 @@ impl Permit {
     /// time (from admission, queue wait excluded).
     pub fn complete(mut self) {
         if let Some(shared) = self.shared.take() {
-            let rtt = clock::now().saturating_duration_since(self.start);
-            shared.release(&mut shared.lock(), Some(rtt));
+            let at = clock::now();
+            let served = Served {
+                rtt: at.saturating_duration_since(self.start),
+                ticket: self.ticket,
+                at,
+            };
+            shared.release(&mut shared.lock(), Some(served));
         }
     }
 }

@@ -179,6 +179,10 @@ struct Inner<K, V> {
     flights: SingleFlight<K, V, CacheError>,
     fetch: Fetch<K, V>,
     counts: [AtomicU64; 5],
+    /// The oldest age (ms) a stale answer had, since start; 0: none yet.
+    oldest_stale_ms: AtomicU64,
+    /// The age (ms) of the latest stale answer; 0: none yet.
+    last_stale_ms: AtomicU64,
 }
 
 impl<K, V> Clone for StaleCache<K, V> {
@@ -223,6 +227,8 @@ where
                 flights: SingleFlight::new(config.fetch_timeout),
                 fetch,
                 counts: Default::default(),
+                oldest_stale_ms: AtomicU64::new(0),
+                last_stale_ms: AtomicU64::new(0),
             }),
         }
     }
@@ -317,6 +323,7 @@ where
             let age = at.elapsed();
             if age <= cfg.ttl + cfg.max_staleness {
                 self.count(Counted::Stale);
+                self.served_stale(age);
                 return Ok(Cached {
                     value,
                     age,
@@ -328,7 +335,18 @@ where
         Err(unavailable)
     }
 
-    /// Live counts for `/admin/resilience`.
+    /// Notes a stale answer `age` old: the panel shows how stale answers
+    /// really were, beside how stale they may be.
+    fn served_stale(&self, age: Duration) {
+        // At least 1 ms, so 0 keeps meaning "none yet".
+        let ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.inner.last_stale_ms.store(ms, Ordering::Relaxed);
+        self.inner.oldest_stale_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// Live counts for `/admin/resilience`, with how stale the stale
+    /// answers really were (`oldest_stale_served_seconds` since start,
+    /// `last_stale_served_seconds`; `null` before the first).
     pub fn snapshot(&self) -> serde_json::Value {
         let c = &self.inner.counts;
         let cfg = self.inner.config;
@@ -342,13 +360,62 @@ where
             "requests": counts,
             "ttl_seconds": cfg.ttl.as_secs_f64(),
             "max_staleness_seconds": cfg.max_staleness.as_secs_f64(),
+            "oldest_stale_served_seconds": seconds(&self.inner.oldest_stale_ms),
+            "last_stale_served_seconds": seconds(&self.inner.last_stale_ms),
         })
+    }
+}
+
+/// A stale age kept in ms as seconds; `None` (null) when none was served.
+#[allow(clippy::cast_precision_loss)]
+fn seconds(ms: &AtomicU64) -> Option<f64> {
+    match ms.load(Ordering::Relaxed) {
+        0 => None,
+        ms => Some(ms as f64 / 1000.0),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_oldest_staleness_served_is_reported() {
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let config = CacheConfig {
+            ttl: Duration::from_secs(1),
+            max_staleness: Duration::from_secs(60),
+            ..CacheConfig::default()
+        };
+        let source = down.clone();
+        let cache: StaleCache<u32, u32> = StaleCache::new(config, move |k| {
+            let down = source.load(Ordering::Relaxed);
+            async move {
+                if down {
+                    Err(CacheError::unavailable("down"))
+                } else {
+                    Ok(k)
+                }
+            }
+        });
+        cache.get(1, None).await.unwrap();
+        assert_eq!(
+            cache.snapshot()["oldest_stale_served_seconds"],
+            serde_json::Value::Null
+        );
+        down.store(true, Ordering::Relaxed);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(cache.get(1, None).await.unwrap().stale);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(cache.get(1, None).await.unwrap().stale);
+        let s = cache.snapshot();
+        let oldest = s["oldest_stale_served_seconds"].as_f64().unwrap();
+        assert!((7.0..7.1).contains(&oldest), "{s}");
+        assert!(
+            (7.0..7.1).contains(&s["last_stale_served_seconds"].as_f64().unwrap()),
+            "{s}"
+        );
+    }
 
     #[test]
     fn a_new_cache_registers_every_result_before_any_lookup() {

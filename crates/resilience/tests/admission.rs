@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use shopeasy_resilience::admission::{
-    Admission, AdmissionConfig, AdmissionLayer, GrpcRefusal, LimitConfig, Outcome, Permit,
+    Admission, AdmissionConfig, AdmissionLayer, GrpcRefusal, LimitConfig, Outcome, Permit, Phase,
 };
 use shopeasy_resilience::deadline::Deadline;
 use tokio::sync::Semaphore;
@@ -20,6 +20,7 @@ fn fixed(limit: usize, queue_size: usize) -> AdmissionConfig {
             initial: limit,
             min: limit,
             max: limit,
+            ..LimitConfig::default()
         },
         queue_size,
         queue_timeout: Duration::from_millis(50),
@@ -55,6 +56,7 @@ async fn the_limit_drops_when_latency_rises_and_comes_back_after_the_load_drops(
                 initial: 20,
                 min: 2,
                 max: 100,
+                ..LimitConfig::default()
             },
             ..AdmissionConfig::default()
         },
@@ -336,8 +338,13 @@ async fn a_standing_queue_cuts_every_wait_to_its_target_and_an_emptied_queue_is_
         (ms(57), Ok(())),
         "admitted within the standing target"
     );
-    // The queue emptied: it is a good queue again, and a waiter may wait
-    // the full 50 ms once more — while a waiter in a standing queue gets 5.
+    // The queue emptied, but for a moment only: a queue refilled within
+    // the standing target was not drained, it still stands.
+    assert!(a.snapshot().standing, "emptied a moment ago");
+    // Empty for the standing target, it is a good queue again, and a
+    // waiter may wait the full 50 ms once more — while a waiter in a
+    // standing queue gets 5.
+    tokio::time::sleep(ms(5)).await;
     assert!(!a.snapshot().standing);
     let held = a.acquire(None).await.unwrap();
     let now = t0.elapsed();
@@ -379,5 +386,49 @@ async fn under_lasting_overload_every_answer_comes_within_the_standing_target() 
     assert!(
         admitted >= 90,
         "the one slot stays busy: {admitted} admitted of 500"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_snapshot_shows_the_minimum_rtt_being_measured_and_the_limit_held_meanwhile() {
+    let a = Admission::new(
+        "t",
+        AdmissionConfig {
+            limit: LimitConfig {
+                initial: 20,
+                min: 2,
+                max: 100,
+                ..LimitConfig::default()
+            },
+            ..AdmissionConfig::default()
+        },
+    );
+    let s = a.snapshot();
+    assert_eq!(
+        (s.phase, s.limit, s.min_rtt_ms),
+        (Phase::Tracking, 20, None)
+    );
+    // One full round under load: the limit binds, so the minimum RTT is
+    // measured, the limit held at its floor meanwhile.
+    load(&a, 1, Duration::from_millis(5)).await;
+    let s = a.snapshot();
+    assert_eq!((s.phase, s.limit), (Phase::Measuring, 2), "{s:?}");
+    assert_eq!(s.next_min_rtt_measurement_ms, None);
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["phase"], "measuring");
+    assert!(json["min_rtt_ms"].is_null(), "{json}");
+    // Two at a time until enough have been served.
+    while a.snapshot().phase == Phase::Measuring {
+        load(&a, 1, Duration::from_millis(5)).await;
+    }
+    let s = a.snapshot();
+    assert_eq!(s.limit, 20, "back where it was: {s:?}");
+    assert_eq!(s.min_rtt_ms, Some(5.0));
+    let next = s.next_min_rtt_measurement_ms.unwrap();
+    assert!((5000..=6250).contains(&next), "jittered interval: {next}");
+    assert_eq!(
+        s.requests.admitted,
+        20 + 26,
+        "20, then 13 rounds of 2 until 25 were measured"
     );
 }

@@ -19,7 +19,10 @@
 //! connection, so it is tested with a paused clock.
 
 use std::{
-    sync::{Arc, Mutex, PoisonError},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -137,6 +140,14 @@ impl RedisGuard {
         self.gate.is_resting()
     }
 
+    /// Its live state for `/admin/resilience`'s `redis` member, so the
+    /// console can show whether this service's Redis answers:
+    /// `{"configured": true, "resting": bool, "failures": n}` (`failures`:
+    /// calls failed or timed out since start).
+    pub fn report(&self) -> serde_json::Value {
+        self.gate.report()
+    }
+
     /// Runs `cmd`, unless resting; bounded by the timeout; a failure starts
     /// a rest.
     ///
@@ -171,6 +182,7 @@ struct RestGate {
     timeout: Duration,
     rest: Duration,
     resting_until: Arc<Mutex<Option<Instant>>>,
+    failures: Arc<AtomicU64>,
 }
 
 impl RestGate {
@@ -179,7 +191,16 @@ impl RestGate {
             timeout,
             rest,
             resting_until: Arc::default(),
+            failures: Arc::default(),
         }
+    }
+
+    fn report(&self) -> serde_json::Value {
+        serde_json::json!({
+            "configured": true,
+            "resting": self.is_resting(),
+            "failures": self.failures.load(Ordering::Relaxed),
+        })
     }
 
     fn is_resting(&self) -> bool {
@@ -198,6 +219,7 @@ impl RestGate {
     }
 
     fn start_rest(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
         *self
             .resting_until
             .lock()
@@ -277,6 +299,26 @@ mod tests {
             guarded(&gate, Ok(())).await,
             (Ok(()), true),
             "the first call after the rest is made"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_report_counts_failures_and_says_when_resting() {
+        let gate = RestGate::new(TIMEOUT, REST);
+        assert_eq!(
+            gate.report(),
+            serde_json::json!({"configured": true, "resting": false, "failures": 0})
+        );
+        let _ = gate.bounded("test", async { refused() }).await;
+        assert_eq!(
+            gate.report(),
+            serde_json::json!({"configured": true, "resting": true, "failures": 1})
+        );
+        tokio::time::advance(REST).await;
+        assert_eq!(
+            gate.report(),
+            serde_json::json!({"configured": true, "resting": false, "failures": 1}),
+            "the rest ends, the count stays"
         );
     }
 

@@ -4,7 +4,9 @@
 //!   the `log.format` setting says).
 //! - Traces: when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans are exported
 //!   over OTLP/gRPC. The W3C trace-context propagator is always installed, so
-//!   `traceparent` travels even when nothing is exported.
+//!   `traceparent` travels even when nothing is exported. [`init_with_spans`]
+//!   adds span processors of the caller's (the launcher keeps its recent
+//!   orders' spans in memory for the console).
 //! - Metrics: one Prometheus recorder per process, rendered by the admin
 //!   listener. In the embedded launcher the four services share it.
 //! - Failing quietly: the OpenTelemetry SDK reports its own trouble (an
@@ -23,7 +25,11 @@ use std::{
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use opentelemetry::{global, trace::TracerProvider as _};
 use opentelemetry_otlp::WithExportConfig;
-use opentelemetry_sdk::{Resource, propagation::TraceContextPropagator, trace::SdkTracerProvider};
+use opentelemetry_sdk::{
+    Resource,
+    propagation::TraceContextPropagator,
+    trace::{SdkTracerProvider, TracerProviderBuilder},
+};
 use tokio::time::Instant;
 use tracing::{Event, Level, Metadata, Subscriber, field::Field};
 use tracing_subscriber::{
@@ -68,6 +74,26 @@ pub fn init(
     log: &LogSettings,
     otlp_endpoint: &str,
 ) -> anyhow::Result<TelemetryGuard> {
+    init_with_spans(service, log, otlp_endpoint, Vec::new())
+}
+
+/// A span processor that sees every finished span of the process, beside
+/// (or without) the OTLP exporter.
+pub type ExtraSpanProcessor = Box<dyn FnOnce(TracerProviderBuilder) -> TracerProviderBuilder>;
+
+/// [`init`], with `extra` span processors added to the tracer provider: the
+/// embedded launcher keeps its recent orders' spans in memory this way, for
+/// the console. With an extra processor, spans are made (and trace context
+/// travels) even when nothing is exported.
+///
+/// # Errors
+/// When the OTLP exporter cannot be built from `otlp_endpoint`.
+pub fn init_with_spans(
+    service: &'static str,
+    log: &LogSettings,
+    otlp_endpoint: &str,
+    extra: Vec<ExtraSpanProcessor>,
+) -> anyhow::Result<TelemetryGuard> {
     global::set_text_map_propagator(TraceContextPropagator::new());
     let filter = EnvFilter::try_new(&log.level).unwrap_or_else(|_| EnvFilter::new("info"));
     let json = match log.format.as_str() {
@@ -86,19 +112,22 @@ pub fn init(
             .boxed()
     };
 
-    let provider = if otlp_endpoint.is_empty() {
+    let provider = if otlp_endpoint.is_empty() && extra.is_empty() {
         None
     } else {
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .with_endpoint(otlp_endpoint)
-            .build()?;
-        Some(
-            SdkTracerProvider::builder()
-                .with_batch_exporter(exporter)
-                .with_resource(Resource::builder().with_service_name(service).build())
-                .build(),
-        )
+        let mut builder = SdkTracerProvider::builder()
+            .with_resource(Resource::builder().with_service_name(service).build());
+        if !otlp_endpoint.is_empty() {
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(otlp_endpoint)
+                .build()?;
+            builder = builder.with_batch_exporter(exporter);
+        }
+        for add in extra {
+            builder = add(builder);
+        }
+        Some(builder.build())
     };
     // The SDK's own events are neither spans' events nor exported.
     let otel = provider.as_ref().map(|p| {
@@ -571,8 +600,16 @@ pub async fn observe_http(
         http.request.method = %method,
         http.route = %route,
         http.response.status_code = tracing::field::Empty,
+        deadline_left_ms = tracing::field::Empty,
     );
     set_parent_from(&span, request.headers());
+    // The deadline that travels, as this hop got it (the console draws it).
+    if let Some(d) = shopeasy_resilience::deadline::Deadline::from_headers(request.headers()) {
+        span.record(
+            "deadline_left_ms",
+            u64::try_from(d.remaining().as_millis()).unwrap_or(u64::MAX),
+        );
+    }
     let started = tokio::time::Instant::now();
     let response = next.run(request).instrument(span.clone()).await;
     let status = response.status().as_u16().to_string();

@@ -76,4 +76,9 @@ async fn a_refused_connection_fails_fast_and_starts_a_rest() {
         guard.query_now::<String>(&redis::cmd("PING")).await,
         Err(Unavailable::Failed)
     );
+    // What `/admin/resilience` shows as `redis`: resting, two failures.
+    assert_eq!(
+        guard.report(),
+        serde_json::json!({"configured": true, "resting": true, "failures": 2})
+    );
 }

@@ -29,7 +29,8 @@ deploy/SETTINGS.md.\n\nExamples:\n  shopeasy                          run everyt
 shopeasy --data-dir /tmp/shop     keep the databases elsewhere\n  \
 TOKEN=$(shopeasy token alice)     sign in as the demo customer alice\n  \
 shopeasy load --rate 200 --duration 30 --p99 250   load a running system (as 1000 signed-in demo customers)\n  \
-shopeasy load --sweep --inventory http://127.0.0.1:50051   the overload curve (bench/overload.sh)"
+shopeasy load --sweep --inventory http://127.0.0.1:50051   the overload curve (bench/overload.sh)\n  \
+shopeasy demo breaker             the lesson's circuit breaker, live (shopeasy demo --list)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -51,6 +52,10 @@ enum Command {
     /// Send an open-loop load to a running ShopEasy and print a summary
     /// (exit 1 when a gate fails).
     Load(Box<LoadArgs>),
+    /// Replay a pattern of the lesson (breaker, retry, jitter, …) against
+    /// the live system and print its timeline (exit 1 when the measured
+    /// outcome is not the lesson's); `shopeasy demo --list` lists them.
+    Demo(shopeasy::demo::cli::DemoArgs),
     /// Print a demo access token for CUSTOMER (only the token, so
     /// `TOKEN=$(shopeasy token alice)` works), signed with the demo
     /// issuer's key in --data-dir (created when absent). The system need
@@ -69,6 +74,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Some(Command::Load(args)) => runtime.block_on(run_load(&args)),
+        Some(Command::Demo(args)) => runtime.block_on(shopeasy::demo::cli::main(&args)),
         Some(Command::Token { customer }) => token(&cli.data_dir, cli.config, &customer),
         None => runtime.block_on(run_system(cli)),
     }
@@ -89,7 +95,29 @@ async fn run_system(cli: Cli) -> ExitCode {
             }
         };
     }
-    let _telemetry = shopeasy_runtime::telemetry::init("shopeasy", &LogSettings::default(), "");
+    // One trace exporter for the process (the four services and the fault
+    // proxies): OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set, as for a
+    // service, so a trace viewer shows the attempts beside the
+    // `toxic_window` spans of the faults that caused them.
+    let endpoint = options
+        .env
+        .iter()
+        .find(|(key, _)| key == "OTEL_EXPORTER_OTLP_ENDPOINT")
+        .map_or("", |(_, value)| value.as_str());
+    // The console's "recent order's path" reads the spans kept in memory.
+    let spans = vec![shopeasy::console_traces::processor()];
+    let _telemetry = match shopeasy_runtime::telemetry::init_with_spans(
+        "shopeasy",
+        &LogSettings::default(),
+        endpoint,
+        spans,
+    ) {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("shopeasy: telemetry: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
     // Four services and the fault proxy share this process's descriptors.
     shopeasy_runtime::lifecycle::raise_and_log_fd_limit();
     let stop = match shopeasy_runtime::lifecycle::shutdown_signal() {
@@ -160,7 +188,20 @@ async fn run_load(args: &LoadArgs) -> ExitCode {
                     println!("{}", load::sweep::row(step));
                 }
                 println!("csv {}\nsvg {}", sweep.csv.display(), sweep.svg.display());
-                ExitCode::SUCCESS
+                let gates = load::sweep::gates(&sweep);
+                for gate in &gates {
+                    let verdict = match gate.passed {
+                        Some(true) => "gate ok",
+                        Some(false) => "GATE FAILED",
+                        None => "gate not judged",
+                    };
+                    println!("{verdict}: {}", gate.text);
+                }
+                if gates.iter().any(|g| g.passed == Some(false)) {
+                    ExitCode::FAILURE
+                } else {
+                    ExitCode::SUCCESS
+                }
             }
             Err(e) => {
                 eprintln!("shopeasy load --sweep: {e:#}");

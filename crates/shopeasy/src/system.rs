@@ -275,6 +275,8 @@ pub struct System {
     pub identity: SocketAddr,
     /// The data folder (databases and the demo issuer's key).
     pub data_dir: PathBuf,
+    /// The console (`shopeasy-console`'s page, loopback only).
+    pub console: SocketAddr,
     /// Order and the gateway verify against the demo issuer.
     demo_auth: bool,
     /// The services, in the order they were wired.
@@ -282,6 +284,7 @@ pub struct System {
     shutdown: CancellationToken,
     faults_task: JoinHandle<anyhow::Result<()>>,
     issuer_task: JoinHandle<anyhow::Result<()>>,
+    console_task: JoinHandle<std::io::Result<()>>,
 }
 
 /// How long the demo issuer lets in-flight sign-ins finish at shutdown.
@@ -435,6 +438,9 @@ impl System {
         });
 
         let addresses = Addresses::try_collect(|node| wiring.addresses(node))?;
+        let console = start_console(&options, &addresses, faults_api, &admin_token).await?;
+        let console_addr = console.local_addr()?;
+        let console_task = console.spawn(shutdown.child_token());
         let system = Self {
             addresses,
             faults_api,
@@ -442,11 +448,13 @@ impl System {
             admin_token,
             identity,
             data_dir: options.data_dir.clone(),
+            console: console_addr,
             demo_auth: loaded.demo_auth,
             services,
             shutdown,
             faults_task: api,
             issuer_task,
+            console_task,
         };
         stop_on_error.disarm();
         Ok(system)
@@ -475,6 +483,7 @@ impl System {
              order          http://{o}  (admin http://{oa})\n\
              inventory      grpc://{i}  (admin http://{ia})\n\
              fault proxies  http://{f}/proxies   (Toxiproxy API; edges: {edges})\n\
+             console        http://{c}/   (live breakers, budgets, caches; fault changes need the admin token)\n\
              demo issuer    http://{id}/.well-known/jwks.json   (a DEMO issuer: signs for any name, no password; {verified})\n\
              admin token    {token}\n\
              \n\
@@ -502,6 +511,7 @@ impl System {
             i = a.inventory,
             ia = a.inventory_admin,
             f = self.faults_api,
+            c = self.console,
             id = self.identity,
             edges = edges().join(", "),
             token = self.admin_token,
@@ -536,6 +546,14 @@ impl System {
         if let (Err(e), None) = (issuer, &first_error) {
             first_error = Some(e);
         }
+        let console = self
+            .console_task
+            .await
+            .map_err(anyhow::Error::from)
+            .and_then(|r| r.map_err(|e| anyhow::anyhow!("console: {e}")));
+        if let (Err(e), None) = (console, &first_error) {
+            first_error = Some(e);
+        }
         self.proxies.shutdown().await;
         first_error.map_or(Ok(()), Err)
     }
@@ -566,6 +584,50 @@ impl System {
             }
         }
     }
+}
+
+/// Binds the console on loopback (`shopeasy_console::settings::DEFAULT_PORT`,
+/// or an ephemeral port for tests), reading every admin listener and the
+/// fault API, its load panel driven by the launcher's generator, its order
+/// path drawn from the spans this process keeps ([`crate::console_traces`]).
+async fn start_console(
+    options: &Options,
+    addresses: &Addresses,
+    faults_api: SocketAddr,
+    admin_token: &str,
+) -> anyhow::Result<shopeasy_console::Console> {
+    use shopeasy_console::{ConsoleSettings, ServiceTarget};
+    let services = [
+        (topology::GATEWAY.name, addresses.gateway_admin),
+        (topology::PRODUCT.name, addresses.product_admin),
+        (topology::ORDER.name, addresses.order_admin),
+        (topology::INVENTORY.name, addresses.inventory_admin),
+    ]
+    .into_iter()
+    .map(|(name, admin)| ServiceTarget::new(name, format!("http://{admin}")))
+    .collect();
+    let gateway = format!("http://{}", addresses.gateway);
+    let mut settings = ConsoleSettings::new(
+        services,
+        format!("http://{faults_api}"),
+        Secret::new(admin_token),
+    );
+    settings.listen = options.on_loopback(shopeasy_console::settings::DEFAULT_PORT);
+    settings.gateway_url = Some(gateway.clone());
+    let load = std::sync::Arc::new(crate::console_load::ConsoleLoad::new(gateway.clone()));
+    let traces = std::sync::Arc::new(crate::console_traces::global().clone());
+    let endpoints = crate::demo::Endpoints {
+        gateway,
+        faults: format!("http://{faults_api}"),
+        order_admin: format!("http://{}", addresses.order_admin),
+    };
+    let scenes =
+        crate::console_scenes::ConsoleScenes::new(endpoints, crate::demo::Run::default().seed);
+    Ok(shopeasy_console::Console::bind(settings, Some(load))
+        .await
+        .context("starting the console")?
+        .with_traces(traces)
+        .with_scenes(std::sync::Arc::new(scenes)))
 }
 
 /// Builds, binds and starts one service, stopped with everything else by

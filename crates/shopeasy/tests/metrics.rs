@@ -5,7 +5,8 @@
 //! series it queries is registered at start-up with its known label values.
 //! This test starts the embedded system, sends no request to any service,
 //! reads every admin listener's `/metrics` and checks that every metric
-//! name the board's queries use is there, and that the counters whose
+//! name the board's queries use is there, and every metric the console
+//! reads (`shopeasy_console::observe::METRICS`), and that the counters whose
 //! label values are known up front (breaker transitions, retry decisions,
 //! cache results, outbox outcomes) are there for each value, at 0.
 //!
@@ -153,8 +154,13 @@ fn not_at_zero(page: &Metrics, name: &str, label_sets: &[Vec<(&str, &str)>]) -> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_series_the_board_queries_exists_before_any_request() {
-    let names = board_metric_names();
+async fn every_series_the_board_and_the_console_query_exists_before_any_request() {
+    let mut names = board_metric_names();
+    names.extend(
+        shopeasy_console::observe::METRICS
+            .iter()
+            .map(|&name| name.to_owned()),
+    );
     let dir = tempfile::tempdir().unwrap();
     let system = System::start(Options::for_tests(dir.path()))
         .await

@@ -185,9 +185,29 @@ pub fn key_prefix() -> String {
 /// A port that was free a moment ago (for servers that cannot bind port 0
 /// and report it, such as `redis-server`).
 ///
+/// The port is chosen below the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`), at random: a port from port 0 lies in
+/// that range, and between this call and the server's own bind the kernel may
+/// hand it out as the source port of any of the many connections tests open
+/// meanwhile, so the server cannot bind it (seen as a process that never
+/// became ready, or a gateway's connection refused).
+///
 /// # Panics
 /// When no port can be bound.
 pub fn free_port() -> u16 {
+    const FLOOR: u16 = 10_000;
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if low > FLOOR + 1_000 {
+        for _ in 0..64 {
+            let port = rand::random_range(FLOOR..low);
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -75,8 +75,16 @@ where
             rpc.system = "grpc",
             rpc.method = %method,
             rpc.grpc.status_code = tracing::field::Empty,
+            deadline_left_ms = tracing::field::Empty,
         );
         shopeasy_runtime::telemetry::set_parent_from(&span, request.headers());
+        // The deadline that travels, as this hop got it (the console draws it).
+        if let Some(d) = shopeasy_resilience::deadline::Deadline::from_headers(request.headers()) {
+            span.record(
+                "deadline_left_ms",
+                u64::try_from(d.remaining().as_millis()).unwrap_or(u64::MAX),
+            );
+        }
         let started = Instant::now();
         let response = {
             let _entered = span.enter();

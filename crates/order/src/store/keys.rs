@@ -196,6 +196,23 @@ impl Store {
     }
 }
 
+/// A new key row's recovery point, lock and stored headers: `finished`,
+/// unlocked, with `response`'s headers when the outcome is already known;
+/// else `order_created`, locked until `key.lock_until`.
+pub(super) fn insert_values(
+    key: &NewKey<'_>,
+    response: Option<&StoredResponse>,
+) -> Result<(&'static str, i64, Option<String>), StoreError> {
+    let headers = response
+        .map(|r| serde_json::to_string(&r.headers))
+        .transpose()
+        .map_err(StoreError::corrupt)?;
+    Ok(match response {
+        Some(_) => ("finished", 0, headers),
+        None => ("order_created", key.lock_until, headers),
+    })
+}
+
 /// Inserts the key held by `key.hold` for `order_id`: `finished` with
 /// `response` when the outcome is already known, else `order_created`.
 /// Returns false when the key exists (the caller then asks [`decide`]).
@@ -205,10 +222,7 @@ pub(super) async fn insert(
     order_id: Uuid,
     response: Option<&StoredResponse>,
 ) -> Result<bool, StoreError> {
-    let headers = response
-        .map(|r| serde_json::to_string(&r.headers))
-        .transpose()
-        .map_err(StoreError::corrupt)?;
+    let (point, lock_until, headers) = insert_values(key, response)?;
     let inserted = sqlx::query(
         "INSERT INTO idempotency_keys \
          (customer_id, idempotency_key, fingerprint, recovery_point, locked_until, lock_token, \
@@ -219,16 +233,8 @@ pub(super) async fn insert(
     .bind(key.hold.customer.as_str())
     .bind(key.hold.key.as_str())
     .bind(key.fingerprint)
-    .bind(if response.is_some() {
-        "finished"
-    } else {
-        "order_created"
-    })
-    .bind(if response.is_some() {
-        0
-    } else {
-        key.lock_until
-    })
+    .bind(point)
+    .bind(lock_until)
     .bind(key.hold.token.as_str())
     .bind(order_id.to_string())
     .bind(response.map(|r| i64::from(r.status)))

@@ -1,12 +1,15 @@
 //! Orders and their lines: creation (with the first outbox row and the
 //! idempotency key, in one transaction), reads, the reservation's answer
-//! (with the key's response, in one transaction) and cancellation.
+//! (with the key's response, in one transaction) and cancellation. On
+//! Postgres the usual creation and final record are each one statement
+//! (one round trip); anything unusual takes the transaction.
 
+use shopeasy_runtime::db::{Backend, Database};
 use sqlx::{Any, AssertSqlSafe, Row, any::AnyRow};
 use uuid::Uuid;
 
 use super::keys::{self, Found, KeyHold, NewKey, StoredResponse};
-use super::outbox::enqueue;
+use super::outbox::{enqueue, first_lease};
 use super::{Action, Claim, FirstTry, Store, StoreError, Task, parse_id};
 use crate::domain::{Order, OrderLine, OrderStatus, Shortage};
 
@@ -86,6 +89,13 @@ impl Store {
         first: FirstTry,
         known: Option<&StoredResponse>,
     ) -> Result<Created, StoreError> {
+        if self.db.backend() == Backend::Postgres {
+            // The usual case on Postgres: one statement, one round trip.
+            if let Some(task) = create_in_one_statement(&self.db, order, key, first, known).await? {
+                return Ok(Created::Order(task));
+            }
+            // The key exists: the transaction below finds and decides it.
+        }
         let mut tx = self.db.begin_write().await?;
         if let Some(key) = key {
             let mut inserted = keys::insert(&mut tx, key, order.id, known).await?;
@@ -331,6 +341,16 @@ impl Store {
         now: i64,
         key: Option<(&KeyHold, &StoredResponse)>,
     ) -> Result<Recorded, StoreError> {
+        if self.db.backend() == Backend::Postgres {
+            // The usual case on Postgres: one statement, one round trip.
+            if let Some(recorded) =
+                finish_in_one_statement(&self.db, id, rejected, now, key).await?
+            {
+                return Ok(recorded);
+            }
+            // Nothing changed (not pending, or the key's lock is lost): the
+            // transaction below finds out which and answers for it.
+        }
         let mut tx = self.db.begin_write().await?;
         let changed = match rejected {
             None => sqlx::query(
@@ -436,6 +456,217 @@ impl Store {
         };
         tx.commit().await?;
         Ok(task)
+    }
+}
+
+/// Commit (a) on Postgres as one statement (data-modifying CTEs): the key,
+/// the order, its lines and its `reserve` outbox row, in the statement's own
+/// implicit transaction. Five round trips (BEGIN, four INSERTs, COMMIT) become
+/// one, which is the placement path's largest share of round trips (issue 19,
+/// `crates/order/README.md`). The order and everything after it are inserted
+/// only when the key was (`WHERE EXISTS (SELECT 1 FROM k)`), so a key that
+/// already exists leaves nothing behind: `None`, and the caller decides the
+/// key in a transaction as before. A concurrent request with the same key
+/// waits on the key's unique index until this commits, as in the
+/// transaction. SQLite keeps the transaction: its round trips are function
+/// calls.
+async fn create_in_one_statement(
+    db: &Database,
+    order: &Order,
+    key: Option<&NewKey<'_>>,
+    first: FirstTry,
+    known: Option<&StoredResponse>,
+) -> Result<Option<Task>, StoreError> {
+    let mut n = 0usize;
+    let mut next = || {
+        n += 1;
+        format!("${n}")
+    };
+    let mut sql = String::from("WITH ");
+    if key.is_some() {
+        let p: Vec<String> = (0..11).map(|_| next()).collect();
+        sql.push_str(&format!(
+            "k AS (INSERT INTO idempotency_keys \
+             (customer_id, idempotency_key, fingerprint, recovery_point, locked_until, \
+              lock_token, order_id, response_status, response_headers, response_body, \
+              created_at) VALUES ({}) \
+             ON CONFLICT (customer_id, idempotency_key) DO NOTHING RETURNING 1), ",
+            p.join(", ")
+        ));
+    }
+    let p: Vec<String> = (0..6).map(|_| next()).collect();
+    sql.push_str(&format!(
+        "o AS (INSERT INTO orders (id, customer_id, status, total_cents, created_at, updated_at) \
+         SELECT {}::text, {}::text, {}::text, {}::bigint, {}::bigint, {}::bigint{} RETURNING id), ",
+        p[0],
+        p[1],
+        p[2],
+        p[3],
+        p[4],
+        p[5],
+        if key.is_some() {
+            " WHERE EXISTS (SELECT 1 FROM k)"
+        } else {
+            ""
+        }
+    ));
+    if !order.items.is_empty() {
+        let rows: Vec<String> = order
+            .items
+            .iter()
+            .map(|_| {
+                format!(
+                    "({}::bigint, {}::text, {}::bigint, {}::bigint)",
+                    next(),
+                    next(),
+                    next(),
+                    next()
+                )
+            })
+            .collect();
+        sql.push_str(&format!(
+            "l AS (INSERT INTO order_lines \
+             (order_id, line_no, product_id, quantity, unit_price_cents) \
+             SELECT o.id, v.line_no, v.product_id, v.quantity, v.unit_price_cents \
+             FROM o CROSS JOIN (VALUES {}) AS v (line_no, product_id, quantity, unit_price_cents)), ",
+            rows.join(", ")
+        ));
+    }
+    let p: Vec<String> = (0..5).map(|_| next()).collect();
+    sql.push_str(&format!(
+        "b AS (INSERT INTO outbox \
+         (order_id, kind, token, attempts, next_attempt_at, locked_until, created_at) \
+         SELECT o.id, {}::text, {}::text, 0, {}::bigint, {}::bigint, {}::bigint FROM o) \
+         SELECT count(*) FROM o",
+        p[0], p[1], p[2], p[3], p[4]
+    ));
+    // Only numbered placeholders are formatted in: no value reaches the SQL.
+    let mut query = sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql));
+    if let Some(key) = key {
+        let (point, lock_until, headers) = keys::insert_values(key, known)?;
+        query = query
+            .bind(key.hold.customer.as_str().to_owned())
+            .bind(key.hold.key.as_str().to_owned())
+            .bind(key.fingerprint.to_owned())
+            .bind(point)
+            .bind(lock_until)
+            .bind(key.hold.token.as_str().to_owned())
+            .bind(order.id.to_string())
+            .bind(known.map(|r| i64::from(r.status)))
+            .bind(headers)
+            .bind(known.map(|r| r.body.clone()))
+            .bind(key.now);
+    }
+    query = query
+        .bind(order.id.to_string())
+        .bind(order.customer_id.as_str().to_owned())
+        .bind(order.status.as_str())
+        .bind(order.total_cents)
+        .bind(order.created_at)
+        .bind(order.updated_at);
+    for (i, line) in order.items.iter().enumerate() {
+        query = query
+            .bind(i64::try_from(i).unwrap_or(i64::MAX))
+            .bind(line.product_id.to_string())
+            .bind(line.quantity)
+            .bind(line.unit_price_cents);
+    }
+    let (next_attempt_at, locked_until) = first_lease(first, order.created_at);
+    let token = Uuid::new_v4().to_string();
+    query = query
+        .bind(Action::Reserve.as_str())
+        .bind(token.clone())
+        .bind(next_attempt_at)
+        .bind(locked_until)
+        .bind(order.created_at);
+    let created = query.fetch_one(db.pool()).await?;
+    Ok((created == 1).then_some(Task {
+        order_id: order.id,
+        action: Action::Reserve,
+        token,
+        attempts: 0,
+    }))
+}
+
+/// Commit (c) on Postgres as one statement, for the usual case: the order
+/// is `pending` and, when `key` is given, its holder still holds the key.
+/// Then the order is confirmed or rejected, its `reserve` outbox row
+/// deleted and the response stored under the key, in the statement's own
+/// implicit transaction: one round trip instead of five (BEGIN, three
+/// writes, COMMIT). The fence is the same as the transaction's: `f` locks
+/// the key row only while `lock_token` is still the holder's (a takeover
+/// committed meanwhile is seen once the lock is granted, as Postgres
+/// re-checks a locked row), and nothing is written unless it did. When
+/// nothing changed, `None`: the caller's transaction writes nothing
+/// either and says why (another status, or [`StoreError::LockLost`]).
+async fn finish_in_one_statement(
+    db: &Database,
+    id: Uuid,
+    rejected: Option<&[Shortage]>,
+    now: i64,
+    key: Option<(&KeyHold, &StoredResponse)>,
+) -> Result<Option<Recorded>, StoreError> {
+    let (status, reason) = match rejected {
+        None => (OrderStatus::Confirmed, None),
+        Some(shortages) => (
+            OrderStatus::Rejected,
+            Some(serde_json::to_string(shortages).map_err(StoreError::corrupt)?),
+        ),
+    };
+    let (fence, finish) = if key.is_some() {
+        (
+            "f AS (SELECT 1 FROM idempotency_keys WHERE customer_id = $5::text \
+             AND idempotency_key = $6::text AND lock_token = $7::text \
+             AND recovery_point <> 'finished' FOR UPDATE), ",
+            ", k AS (UPDATE idempotency_keys SET recovery_point = 'finished', locked_until = 0, \
+             response_status = $8::bigint, response_headers = $9::text, \
+             response_body = $10::text WHERE customer_id = $5::text \
+             AND idempotency_key = $6::text AND lock_token = $7::text \
+             AND EXISTS (SELECT 1 FROM o) RETURNING 1) \
+             SELECT (SELECT count(*) FROM o), (SELECT count(*) FROM k)",
+        )
+    } else {
+        ("", " SELECT (SELECT count(*) FROM o), 0::bigint")
+    };
+    let sql = format!(
+        "WITH {fence}o AS (UPDATE orders SET status = $2::text, reject_reason = $3::text, \
+         updated_at = $4::bigint WHERE id = $1::text AND status = 'pending'{} RETURNING id), \
+         d AS (DELETE FROM outbox WHERE order_id IN (SELECT id FROM o) AND kind = 'reserve'){finish}",
+        if key.is_some() {
+            " AND EXISTS (SELECT 1 FROM f)"
+        } else {
+            ""
+        }
+    );
+    // Only fixed text is formatted in: no value reaches the SQL.
+    let mut query = sqlx::query_as::<_, (i64, i64)>(AssertSqlSafe(sql))
+        .bind(id.to_string())
+        .bind(status.as_str())
+        .bind(reason)
+        .bind(now);
+    if let Some((hold, response)) = key {
+        let headers = serde_json::to_string(&response.headers).map_err(StoreError::corrupt)?;
+        query = query
+            .bind(hold.customer.as_str().to_owned())
+            .bind(hold.key.as_str().to_owned())
+            .bind(hold.token.as_str().to_owned())
+            .bind(i64::from(response.status))
+            .bind(headers)
+            .bind(response.body.clone());
+    }
+    let (changed, finished) = query.fetch_one(db.pool()).await?;
+    match (changed, finished, key.is_some()) {
+        (0, _, _) => Ok(None),
+        (1, 1, true) | (1, 0, false) => Ok(Some(Recorded {
+            status,
+            key_finished: key.is_some(),
+        })),
+        // The key row was locked by `f` for this statement: `k` cannot
+        // miss it. Should it ever, the order is recorded and the key stays
+        // `order_created`: a retry after its lock resumes the order.
+        _ => Err(StoreError::corrupt(anyhow::anyhow!(
+            "the final write changed order {id} but not its key"
+        ))),
     }
 }
 

@@ -33,7 +33,7 @@ pub enum Action {
 }
 
 impl Action {
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Self::Reserve => "reserve",
             Self::Release => "release",
@@ -204,9 +204,31 @@ impl Store {
             .await?
             .try_get(0)?)
     }
+
+    /// When the oldest row still in the outbox was written (ms since the
+    /// epoch; `None` when the outbox is empty): how long the longest-waiting
+    /// order has waited, which a count alone does not say.
+    ///
+    /// # Errors
+    /// When the database fails.
+    pub async fn oldest_pending_at(&self) -> Result<Option<i64>, StoreError> {
+        Ok(sqlx::query("SELECT MIN(created_at) FROM outbox")
+            .fetch_one(self.db.pool())
+            .await?
+            .try_get(0)?)
+    }
 }
 
 /// Writes (or renews) an outbox row with a fresh token.
+/// A new row's `(next_attempt_at, locked_until)`: leased to the caller from
+/// `now`, or due for the worker at its time.
+pub(super) fn first_lease(first: FirstTry, now: i64) -> (i64, i64) {
+    match first {
+        FirstTry::Caller { lease_until } => (now, lease_until),
+        FirstTry::Worker { at } => (at, 0),
+    }
+}
+
 pub(super) async fn enqueue(
     tx: &mut sqlx::Transaction<'static, Any>,
     id: Uuid,
@@ -214,10 +236,7 @@ pub(super) async fn enqueue(
     now: i64,
     first: FirstTry,
 ) -> Result<Task, StoreError> {
-    let (next_attempt_at, locked_until) = match first {
-        FirstTry::Caller { lease_until } => (now, lease_until),
-        FirstTry::Worker { at } => (at, 0),
-    };
+    let (next_attempt_at, locked_until) = first_lease(first, now);
     let token = Uuid::new_v4().to_string();
     sqlx::query(
         "INSERT INTO outbox (order_id, kind, token, attempts, next_attempt_at, locked_until, \

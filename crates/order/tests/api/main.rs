@@ -15,5 +15,6 @@ mod orders;
 mod ownership;
 mod problems;
 mod real_inventory;
+mod stock;
 mod stock_cache;
 mod throttle;

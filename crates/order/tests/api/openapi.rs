@@ -1,8 +1,9 @@
 //! The order API's OpenAPI document over the real router (issue 15: "the
 //! README and OpenAPI say so"): served without a token, it describes the
-//! four operations with their bearer requirement, statuses and headers,
-//! and every route the router serves under `/api/orders` is in it (and
-//! nothing else is).
+//! four order operations with their bearer requirement, statuses and
+//! headers, and the anonymous stock of a product; every route the router
+//! serves under `/api/orders` and `/api/stock` is in it (and nothing else
+//! is).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -28,6 +29,11 @@ const OPERATIONS: &[(&str, &str, &[u16])] = &[
         &[200, 401, 404, 409, 429, 503, 504],
     ),
 ];
+
+/// The anonymous operations (no bearer requirement), as the router
+/// serves them: (method, path, statuses the document must list).
+const ANONYMOUS: &[(&str, &str, &[u16])] =
+    &[("get", "/api/stock/{product_id}", &[200, 404, 503, 504])];
 
 /// The methods probed for 405 on every documented path.
 const METHODS: &[&str] = &["get", "post", "put", "patch", "delete"];
@@ -137,6 +143,35 @@ async fn the_document_is_served_anonymously_and_describes_the_four_operations() 
         }
     }
 
+    // The stock of a product: anonymous, never stored, `Age` when stale.
+    for (method, path, statuses) in ANONYMOUS {
+        let op = &doc["paths"][path][method];
+        let what = format!("{method} {path}");
+        assert_eq!(op["security"], serde_json::json!([{}]), "{what}: anonymous");
+        let documented: BTreeSet<u16> = op["responses"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.parse().unwrap())
+            .collect();
+        assert_eq!(documented, statuses.iter().copied().collect(), "{what}");
+        let ok = &op["responses"]["200"];
+        for name in ["Cache-Control", "Age"] {
+            assert!(ok["headers"][name].is_object(), "{what} {name}: {ok}");
+        }
+        let body = resolve(&doc, &ok["content"]["application/json"]["schema"]);
+        for field in ["product_id", "available", "stale", "as_of", "age_seconds"] {
+            assert!(
+                body["properties"][field].is_object(),
+                "{what} {field}: {body}"
+            );
+        }
+        assert!(
+            op["responses"]["503"]["headers"]["Retry-After"].is_object(),
+            "{what} 503"
+        );
+    }
+
     // Placing: the key, the replay and location headers, the body.
     let place = &doc["paths"]["/api/orders"]["post"];
     let params = place["parameters"].as_array().unwrap();
@@ -238,14 +273,23 @@ async fn every_route_under_api_orders_is_documented_and_nothing_else() {
         .collect();
     let listed: BTreeSet<(String, String)> = OPERATIONS
         .iter()
+        .chain(ANONYMOUS)
         .map(|(m, p, _)| ((*m).to_owned(), (*p).to_owned()))
         .collect();
     assert_eq!(documented, listed);
+    let anonymous: BTreeSet<(String, String)> = ANONYMOUS
+        .iter()
+        .map(|(m, p, _)| ((*m).to_owned(), (*p).to_owned()))
+        .collect();
 
     let id = uuid::Uuid::new_v4().to_string();
-    let paths: BTreeSet<&str> = OPERATIONS.iter().map(|(_, p, _)| *p).collect();
+    let paths: BTreeSet<&str> = OPERATIONS
+        .iter()
+        .chain(ANONYMOUS)
+        .map(|(_, p, _)| *p)
+        .collect();
     for path in paths {
-        let url = app.url(&path.replace("{id}", &id));
+        let url = app.url(&path.replace("{id}", &id).replace("{product_id}", &id));
         for method in METHODS {
             let res = app
                 .http
@@ -254,7 +298,17 @@ async fn every_route_under_api_orders_is_documented_and_nothing_else() {
                 .await
                 .unwrap();
             let what = format!("{method} {path}");
-            if listed.contains(&((*method).to_owned(), path.to_owned())) {
+            let op = ((*method).to_owned(), path.to_owned());
+            if anonymous.contains(&op) {
+                // Served to anyone: the handler's own 404 (no stock for an
+                // unknown product), not the router's.
+                assert_eq!(res.status(), 404, "{what}");
+                let problem: Value = res.json().await.unwrap();
+                assert!(
+                    problem["detail"].as_str().unwrap().contains("stock"),
+                    "{what}: {problem}"
+                );
+            } else if listed.contains(&op) {
                 // Served, and only for a signed-in customer.
                 assert_eq!(res.status(), 401, "{what}");
                 assert!(res.headers().contains_key("www-authenticate"), "{what}");

@@ -173,6 +173,15 @@ impl ReadCache {
         }
     }
 
+    /// The Redis guard, when the cache is in Redis (for the `redis` member
+    /// of `/admin/resilience`).
+    pub fn redis_guard(&self) -> Option<&shopeasy_runtime::redis_guard::RedisGuard> {
+        match &*self.backend {
+            Backend::Local(_) => None,
+            Backend::Redis(r) => Some(r.guard()),
+        }
+    }
+
     /// `redis` or `local`.
     pub fn backend_name(&self) -> &'static str {
         match *self.backend {

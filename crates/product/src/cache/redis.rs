@@ -79,6 +79,11 @@ impl RedisCache {
         })
     }
 
+    /// Its Redis guard, whose report `/admin/resilience` shows as `redis`.
+    pub fn guard(&self) -> &RedisGuard {
+        &self.inner.redis
+    }
+
     /// The current generation and the value of `key` in it, in one round
     /// trip (a Lua script reads the generation, then the entry).
     pub(super) async fn lookup(&self, key: &str) -> Result<(u64, Option<Bytes>), Unavailable> {

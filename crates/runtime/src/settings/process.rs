@@ -60,6 +60,11 @@ pub struct AdmissionSettings {
     pub min_limit: u32,
     /// The limit never grows above this.
     pub max_limit: u32,
+    /// How often the limit is held at `min_limit` for a few dozen requests
+    /// under load, to measure the unqueued service time it compares latency
+    /// with (each time delayed by up to a quarter more, at random). Shorter
+    /// follows a faster service sooner, at the cost of more such pauses.
+    pub min_rtt_interval_seconds: Seconds,
     /// Requests that may wait for a slot at once (0: none wait).
     pub queue_size: u32,
     /// The longest a request waits for a slot while the queue empties now
@@ -84,6 +89,7 @@ impl Default for AdmissionSettings {
             initial_limit: 64,
             min_limit: 4,
             max_limit: 1000,
+            min_rtt_interval_seconds: Seconds::new(5.0),
             queue_size: 64,
             queue_timeout_seconds: Seconds::new(1.0),
             standing_queue_timeout_seconds: Seconds::new(0.005),
@@ -118,6 +124,11 @@ impl AdmissionSettings {
                     ),
                 );
             }
+            v.seconds(
+                "min_rtt_interval_seconds",
+                self.min_rtt_interval_seconds,
+                0.1..=3600.0,
+            );
             v.number("queue_size", self.queue_size, 0..=100_000);
             v.seconds(
                 "queue_timeout_seconds",
@@ -147,6 +158,7 @@ impl AdmissionSettings {
                 initial: n(self.initial_limit),
                 min: n(self.min_limit),
                 max: n(self.max_limit),
+                min_rtt_interval: self.min_rtt_interval_seconds.get(),
             },
             queue_size: n(self.queue_size),
             queue_timeout: self.queue_timeout_seconds.get(),

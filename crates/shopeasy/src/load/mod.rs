@@ -26,11 +26,20 @@ pub mod signin;
 pub mod step;
 pub mod sweep;
 
-use std::{collections::BTreeMap, fmt, sync::Arc, time::Duration};
+use std::{
+    collections::BTreeMap,
+    fmt,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
 
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use serde_json::json;
-use tokio::{sync::Mutex, time::Instant};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// What to run.
 #[derive(Debug, Clone, clap::Args)]
@@ -80,6 +89,50 @@ struct Sample {
     /// HTTP status, or 0 for no answer.
     status: u16,
     latency: Duration,
+    /// When the answer (or its absence) was recorded.
+    done: Instant,
+}
+
+/// A run seen from outside while it goes on: its samples as they arrive,
+/// and a way to end it early (the console's load panel). Cloning shares it.
+#[derive(Debug, Clone, Default)]
+pub struct Live {
+    samples: Arc<Mutex<Vec<Sample>>>,
+    sent: Arc<AtomicUsize>,
+    stop: CancellationToken,
+}
+
+impl Live {
+    /// Ends the run: nothing more is sent; requests in flight finish.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Requests sent so far.
+    pub fn sent(&self) -> usize {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    /// The summary of the requests that ended within the last `window`
+    /// (its `achieved_rate` is their number per second of `window`).
+    pub fn recent(&self, window: Duration) -> Summary {
+        let now = Instant::now();
+        let samples = lock(&self.samples);
+        let recent: Vec<Sample> = samples
+            .iter()
+            .rev()
+            .take_while(|s| now.saturating_duration_since(s.done) <= window)
+            .copied()
+            .collect();
+        drop(samples);
+        Summary::from_samples(&recent, window)
+    }
+}
+
+fn lock(samples: &Mutex<Vec<Sample>>) -> std::sync::MutexGuard<'_, Vec<Sample>> {
+    samples
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The outcome of a run.
@@ -210,6 +263,15 @@ impl fmt::Display for Summary {
 /// When the arguments are out of range, or the customers cannot be signed
 /// in.
 pub async fn run(args: &LoadArgs) -> anyhow::Result<Summary> {
+    run_live(args, &Live::default()).await
+}
+
+/// [`run`], its samples visible in `live` as they arrive, ending early
+/// when `live` is stopped.
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_live(args: &LoadArgs, live: &Live) -> anyhow::Result<Summary> {
     anyhow::ensure!(
         args.rate > 0.0 && args.rate <= 100_000.0,
         "--rate must be in (0, 100000]"
@@ -240,14 +302,18 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<Summary> {
 
     let total = (args.rate * args.duration).round() as usize;
     let interval = Duration::from_secs_f64(1.0 / args.rate);
-    let samples = Arc::new(Mutex::new(Vec::with_capacity(total)));
+    let samples = live.samples.clone();
     let mut rng = SmallRng::seed_from_u64(args.seed);
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     let mut next_progress = start + Duration::from_secs(1);
     for i in 0..total {
         let intended = start + interval.mul_f64(i as f64);
-        tokio::time::sleep_until(intended).await;
+        tokio::select! {
+            () = tokio::time::sleep_until(intended) => {}
+            () = live.stop.cancelled() => break,
+        }
+        live.sent.fetch_add(1, Ordering::Relaxed);
         let read = products.is_empty() || rng.random_bool(args.read_ratio);
         let request = if read {
             match products.len() {
@@ -277,16 +343,17 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<Summary> {
                 }
                 Err(_) => 0,
             };
-            sink.lock().await.push(Sample {
+            lock(&sink).push(Sample {
                 read,
                 status,
                 latency: intended.elapsed(),
+                done: Instant::now(),
             });
         });
         while tasks.try_join_next().is_some() {}
         if !args.quiet && Instant::now() >= next_progress {
             next_progress += Duration::from_secs(1);
-            let done = samples.lock().await;
+            let done = lock(&samples);
             let errors = done
                 .iter()
                 .filter(|s| s.status == 0 || s.status >= 500)
@@ -306,7 +373,7 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<Summary> {
     if !args.quiet {
         eprintln!();
     }
-    let samples = samples.lock().await;
+    let samples = lock(&samples);
     let reads = samples.iter().filter(|s| s.read).count();
     let summary = Summary::from_samples(&samples, elapsed);
     if !args.quiet {

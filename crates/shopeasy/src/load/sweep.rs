@@ -12,6 +12,8 @@
 //!    descriptors and RSS.
 //! 3. **Output**: a table on stdout, a CSV and an SVG plot (goodput and
 //!    latency against offered load) under `--out`.
+//! 4. **Gates**: issue 14's "Done when" judged on those figures ([`gates`]);
+//!    `shopeasy load --sweep` prints each and fails when one does.
 //!
 //! One HTTP client serves every request, its idle pool bounded, and at most
 //! `--max-outstanding` requests wait at once: the generator cannot run out
@@ -259,6 +261,77 @@ pub async fn run(
     })
 }
 
+/// One of issue 14's gates on a sweep, judged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gate {
+    /// What is required, with the figures measured.
+    pub text: String,
+    /// `None` when the sweep has no step to judge it by.
+    pub passed: Option<bool>,
+}
+
+/// Issue 14's "Done when" on the sweep's figures, so every run (embedded or
+/// full mode) says the same thing the same way: at 3× goodput ≥ 90 % of the
+/// peak (steps and probes), admitted p99 ≤ 3× the unloaded p99 (the lowest
+/// step's), refusals' p99 ≤ 5 ms; at 5× goodput ≥ 80 % of the peak; no step
+/// leaves a request without an answer.
+pub fn gates(sweep: &Sweep) -> Vec<Gate> {
+    let peak = sweep
+        .steps
+        .iter()
+        .chain(&sweep.probes)
+        .map(StepResult::goodput)
+        .fold(0.0_f64, f64::max);
+    let at = |m: f64| sweep.steps.iter().find(|s| (s.multiplier - m).abs() < 1e-9);
+    let unloaded = sweep
+        .steps
+        .iter()
+        .min_by(|a, b| a.multiplier.total_cmp(&b.multiplier));
+    let gate = |text: String, passed: Option<bool>| Gate { text, passed };
+    let share = |m: f64, min: f64| match at(m) {
+        Some(s) => gate(
+            format!(
+                "{m}× goodput {:.0}/s ≥ {:.0} % of the peak {peak:.0}/s",
+                s.goodput(),
+                min * 100.0
+            ),
+            Some(s.goodput() >= peak * min),
+        ),
+        None => gate(
+            format!("{m}× goodput ≥ {:.0} % of the peak", min * 100.0),
+            None,
+        ),
+    };
+    let mut out = vec![share(3.0, 0.9)];
+    out.push(match (at(3.0), unloaded) {
+        (Some(s), Some(u)) => gate(
+            format!(
+                "3× admitted p99 {:.1} ms ≤ {:.1} ms (3× the unloaded {}× step's {:.1} ms)",
+                ms(s.admitted_p99),
+                3.0 * ms(u.admitted_p99),
+                u.multiplier,
+                ms(u.admitted_p99)
+            ),
+            Some(s.admitted_p99 <= u.admitted_p99 * 3),
+        ),
+        _ => gate("3× admitted p99 ≤ 3× the unloaded p99".to_owned(), None),
+    });
+    out.push(match at(3.0) {
+        Some(s) => gate(
+            format!("3× refusals' p99 {:.1} ms ≤ 5 ms", ms(s.shed_p99)),
+            Some(s.shed == 0 || s.shed_p99 <= Duration::from_millis(5)),
+        ),
+        None => gate("3× refusals' p99 ≤ 5 ms".to_owned(), None),
+    });
+    out.push(share(5.0, 0.8));
+    let unanswered: u64 = sweep.steps.iter().map(|s| s.no_answer).sum();
+    out.push(gate(
+        format!("{unanswered} requests without an answer (0 allowed)"),
+        Some(unanswered == 0),
+    ));
+    out
+}
+
 /// The pause after a step of `seconds`: a tenth of it, at most `max`.
 fn pause(seconds: f64, max: f64) -> Duration {
     Duration::from_secs_f64((seconds / 10.0).min(max))
@@ -364,6 +437,54 @@ mod tests {
             None,
             "p99 past the bound"
         );
+    }
+
+    fn sweep(steps: Vec<StepResult>) -> Sweep {
+        Sweep {
+            capacity: 100.0,
+            probes: Vec::new(),
+            steps,
+            csv: PathBuf::new(),
+            svg: PathBuf::new(),
+        }
+    }
+
+    fn step_at(multiplier: f64, good: u64, p99_ms: u64) -> StepResult {
+        StepResult {
+            multiplier,
+            ..result(multiplier * 100.0, good, p99_ms)
+        }
+    }
+
+    #[test]
+    fn the_gates_pass_a_flat_curve_and_fail_a_collapse() {
+        let flat = sweep(vec![
+            step_at(0.5, 50, 10),
+            step_at(1.0, 100, 12),
+            step_at(3.0, 95, 25),
+            step_at(5.0, 85, 29),
+        ]);
+        let g = gates(&flat);
+        assert_eq!(g.len(), 5);
+        assert!(g.iter().all(|g| g.passed == Some(true)), "{g:?}");
+
+        let mut collapse = sweep(vec![
+            step_at(0.5, 50, 10),
+            step_at(1.0, 100, 12),
+            step_at(3.0, 60, 400),
+            step_at(5.0, 20, 900),
+        ]);
+        collapse.steps[2].shed = 10;
+        collapse.steps[2].shed_p99 = Duration::from_millis(40);
+        collapse.steps[3].no_answer = 3;
+        let failed: Vec<_> = gates(&collapse)
+            .into_iter()
+            .filter(|g| g.passed == Some(false))
+            .collect();
+        assert_eq!(failed.len(), 5, "{failed:?}");
+
+        let partial = gates(&sweep(vec![step_at(0.5, 50, 10)]));
+        assert_eq!(partial[0].passed, None, "no 3× step: not judged");
     }
 
     #[test]

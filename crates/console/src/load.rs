@@ -1,0 +1,113 @@
+//! The load panel's contract: start and stop an open-loop generator and
+//! read its live numbers.
+//!
+//! The generator lives in the launcher (`shopeasy load`), which depends on
+//! every service; the console must not depend on it, so it names only this
+//! trait and the launcher implements it. Without one (the standalone
+//! `shopeasy-console` binary) the panel says the generator is not available.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What the page asks the generator for.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+pub struct LoadRequest {
+    /// Requests per second, (0, 5000].
+    pub rate: f64,
+    /// Share of reads (the rest are orders), 0..=1.
+    pub read_share: f64,
+    /// How long to run, in seconds, (0, 3600]; default 60.
+    #[serde(default = "default_duration")]
+    pub duration_seconds: f64,
+}
+
+fn default_duration() -> f64 {
+    60.0
+}
+
+impl LoadRequest {
+    /// Checks the ranges (the page sends what a person typed).
+    ///
+    /// # Errors
+    /// The first value out of range, named.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.rate > 0.0 && self.rate <= 5000.0) {
+            return Err(format!(
+                "rate {} is outside (0, 5000] per second",
+                self.rate
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.read_share) {
+            return Err(format!("read_share {} is outside 0..=1", self.read_share));
+        }
+        if !(self.duration_seconds > 0.0 && self.duration_seconds <= 3600.0) {
+            return Err(format!(
+                "duration_seconds {} is outside (0, 3600]",
+                self.duration_seconds
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What the generator is doing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LoadStatus {
+    /// A run is in progress.
+    pub running: bool,
+    /// What the current (or last) run was asked for.
+    pub request: Option<LoadRequest>,
+    /// Requests answered in the last second (or no answer within the
+    /// timeout), per second.
+    pub live_rate: f64,
+    /// Answers of the last few seconds by HTTP status (`"0"`: no answer).
+    pub statuses: BTreeMap<String, u64>,
+    /// Median latency of the last few seconds (ms), from intended send time.
+    pub p50_ms: f64,
+    /// 99th percentile latency of the last few seconds (ms).
+    pub p99_ms: f64,
+    /// Requests sent in this run.
+    pub sent: u64,
+    /// Why the last run ended early, if it did.
+    pub error: Option<String>,
+}
+
+/// A load generator the console can drive.
+pub trait LoadControl: Send + Sync + std::fmt::Debug + 'static {
+    /// Starts a run (stopping any run in progress first).
+    ///
+    /// # Errors
+    /// When the generator cannot start (the reason is shown on the page).
+    fn start(&self, request: LoadRequest) -> Result<(), String>;
+
+    /// Stops the run in progress, if any.
+    fn stop(&self);
+
+    /// Its live numbers.
+    fn status(&self) -> LoadStatus;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_out_of_range_are_named() {
+        let ok = LoadRequest {
+            rate: 100.0,
+            read_share: 0.8,
+            duration_seconds: 10.0,
+        };
+        ok.validate().unwrap();
+        let bad = LoadRequest { rate: 0.0, ..ok };
+        assert!(bad.validate().unwrap_err().contains("rate"));
+        let bad = LoadRequest {
+            read_share: 1.5,
+            ..ok
+        };
+        assert!(bad.validate().unwrap_err().contains("read_share"));
+        let parsed: LoadRequest = serde_json::from_str(r#"{"rate": 5, "read_share": 1}"#).unwrap();
+        assert_eq!(parsed.duration_seconds, 60.0);
+    }
+}
