@@ -288,36 +288,14 @@ fn check_service(objects: &[Json], spec: &ServiceSpec, complete: bool, out: &mut
             format!("runs {command:?}, expected `{}`", spec.binary),
         ));
     }
-    let ports: Vec<(String, u64)> = container["ports"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| {
-            (
-                scalar(&p["name"]),
-                p["containerPort"].as_u64().unwrap_or_default(),
-            )
-        })
-        .collect();
-    for (port_name, number) in [
-        (spec.protocol, spec.public_port),
-        ("admin", spec.admin_port),
-    ] {
-        if !ports.contains(&(port_name.to_owned(), u64::from(number))) {
-            out.push(Finding::new(
-                &place,
-                format!("needs containerPort {number} named {port_name}"),
-            ));
-        }
-    }
+    check_ports(container, spec, &place, out);
     for (probe, path) in [
         ("livenessProbe", Some("/health/live")),
         ("readinessProbe", Some("/health/ready")),
         ("startupProbe", None),
     ] {
         let get = &container[probe]["httpGet"];
-        let port_ok =
-            get["port"] == "admin" || get["port"].as_u64() == Some(u64::from(spec.admin_port));
+        let port_ok = is_admin_port(&get["port"], spec);
         let path_ok = path.map_or_else(
             || {
                 get["path"]
@@ -562,6 +540,38 @@ fn check_network_policies(objects: &[Json], specs: &[ServiceSpec], out: &mut Vec
 /// provider's address (the operator's ConfigMap names it).
 pub const PROVIDER_PORT: u16 = 443;
 
+/// Findings at `place` for `spec`'s public and admin ports that
+/// `container` does not declare, each by its `containerPort` and its name.
+fn check_ports(container: &Json, spec: &ServiceSpec, place: &str, out: &mut Vec<Finding>) {
+    let ports: Vec<(String, u64)> = container["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            (
+                scalar(&p["name"]),
+                p["containerPort"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    for (port_name, number) in [
+        (spec.protocol, spec.public_port),
+        ("admin", spec.admin_port),
+    ] {
+        if !ports.contains(&(port_name.to_owned(), u64::from(number))) {
+            out.push(Finding::new(
+                place,
+                format!("needs containerPort {number} named {port_name}"),
+            ));
+        }
+    }
+}
+
+/// Whether a probe's `port` is `spec`'s admin port, by name or number.
+fn is_admin_port(port: &Json, spec: &ServiceSpec) -> bool {
+    port == "admin" || port.as_u64() == Some(u64::from(spec.admin_port))
+}
+
 fn container_named<'a>(deployment: &'a Json, name_: &str) -> Option<&'a Json> {
     deployment["spec"]["template"]["spec"]["containers"]
         .as_array()?
@@ -696,31 +706,10 @@ pub fn check_identity(objects: &[Json], place: &str, demo: bool) -> Vec<Finding>
     if container["command"][0] != spec.binary {
         out.push(Finding::new(&here, format!("must run `{}`", spec.binary)));
     }
-    let ports: Vec<(String, u64)> = container["ports"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| {
-            (
-                scalar(&p["name"]),
-                p["containerPort"].as_u64().unwrap_or_default(),
-            )
-        })
-        .collect();
-    for (port_name, number) in [
-        (spec.protocol, spec.public_port),
-        ("admin", spec.admin_port),
-    ] {
-        if !ports.contains(&(port_name.to_owned(), u64::from(number))) {
-            out.push(Finding::new(
-                &here,
-                format!("needs containerPort {number} named {port_name}"),
-            ));
-        }
-    }
+    check_ports(container, &spec, &here, &mut out);
     for probe in ["livenessProbe", "readinessProbe"] {
         let port = &container[probe]["httpGet"]["port"];
-        if !(port == "admin" || port.as_u64() == Some(u64::from(spec.admin_port))) {
+        if !is_admin_port(port, &spec) {
             out.push(Finding::new(
                 &here,
                 format!("{probe} must be httpGet on the admin port"),

@@ -7,30 +7,12 @@ mod support;
 use std::{io::ErrorKind, time::Duration};
 
 use serde_json::{Value, json};
-use shopeasy_faults::{Proxies, api};
-use support::{connect, echo, round_trip};
+use shopeasy_faults::Proxies;
+use support::{Api, connect, echo, round_trip};
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
-
-struct Api {
-    base: String,
-    http: reqwest::Client,
-    proxies: Proxies,
-    _stop: tokio_util::sync::DropGuard,
-}
 
 async fn start_api() -> Api {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let proxies = Proxies::with_seed(1);
-    let stop = CancellationToken::new();
-    tokio::spawn(api::serve(listener, proxies.clone(), stop.clone()));
-    Api {
-        base,
-        http: reqwest::Client::new(),
-        proxies,
-        _stop: stop.drop_guard(),
-    }
+    support::start_api(Proxies::with_seed(1)).await
 }
 
 impl Api {
@@ -39,15 +21,7 @@ impl Api {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request.send().await.unwrap();
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap();
-        let value = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap()
-        };
-        (status, value)
+        self.exchange(request).await
     }
     async fn get(&self, path: &str) -> (u16, Value) {
         self.send(reqwest::Method::GET, path, None).await

@@ -9,7 +9,7 @@ use std::{process::Stdio, time::Duration};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
-    process::Command,
+    process::{Child, Command},
     time::Instant,
 };
 
@@ -22,24 +22,13 @@ async fn free_port() -> u16 {
 
 #[tokio::test]
 async fn serves_the_api_and_exits_zero_on_sigterm() {
-    let port = free_port().await;
-    let mut child = Command::new(BIN)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
+    let (mut child, base) = start_with(&[]).await;
+    let version: serde_json::Value = reqwest::get(format!("{base}/version"))
+        .await
+        .unwrap()
+        .json()
+        .await
         .unwrap();
-    let url = format!("http://127.0.0.1:{port}/version");
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let version = loop {
-        if let Ok(response) = http.get(&url).send().await {
-            break response.json::<serde_json::Value>().await.unwrap();
-        }
-        assert!(Instant::now() < deadline, "the API never came up");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
     assert!(version["version"].is_string());
 
     let pid = child.id().unwrap().to_string();
@@ -98,25 +87,17 @@ async fn creates_the_proxies_of_its_config_file_and_forwards_through_them() {
         ),
     )
     .unwrap();
-    let _child = Command::new(BIN)
-        .args(["--listen", &format!("127.0.0.1:{api_port}")])
-        .env("FAULTS_CONFIG", &config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let (_child, base) = start_on(api_port, |command| {
+        command.env("FAULTS_CONFIG", &config);
+    })
+    .await;
 
-    let url = format!("http://127.0.0.1:{api_port}/proxies");
-    let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let proxies = loop {
-        if let Ok(response) = http.get(&url).send().await {
-            break response.json::<serde_json::Value>().await.unwrap();
-        }
-        assert!(Instant::now() < deadline, "the API never came up");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let proxies: serde_json::Value = reqwest::get(format!("{base}/proxies"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let edge = &proxies["order-inventory"];
     assert_eq!(
         edge["listen"],
@@ -138,11 +119,21 @@ async fn creates_the_proxies_of_its_config_file_and_forwards_through_them() {
 }
 
 /// Starts the binary with `args` on a free port; the API's base URL.
-async fn start_with(args: &[&str]) -> (tokio::process::Child, String) {
-    let port = free_port().await;
-    let child = Command::new(BIN)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(args)
+async fn start_with(args: &[&str]) -> (Child, String) {
+    start_on(free_port().await, |command| {
+        command.args(args);
+    })
+    .await
+}
+
+/// Starts the binary listening on 127.0.0.1:`port`, its command
+/// `configure`d further (arguments, environment), and waits until its API
+/// answers; the child (killed when dropped) and the API's base URL.
+async fn start_on(port: u16, configure: impl FnOnce(&mut Command)) -> (Child, String) {
+    let mut command = Command::new(BIN);
+    command.args(["--listen", &format!("127.0.0.1:{port}")]);
+    configure(&mut command);
+    let child = command
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -211,22 +202,12 @@ async fn the_binary_serves_its_windows_and_exports_them_as_spans() {
         seen
     });
 
-    let port = free_port().await;
-    let _child = Command::new(BIN)
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--otlp-endpoint", &endpoint])
-        .env("OTEL_BSP_SCHEDULE_DELAY", "50")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while reqwest::get(format!("{base}/version")).await.is_err() {
-        assert!(Instant::now() < deadline, "the API never came up");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (_child, base) = start_on(free_port().await, |command| {
+        command
+            .args(["--otlp-endpoint", &endpoint])
+            .env("OTEL_BSP_SCHEDULE_DELAY", "50");
+    })
+    .await;
     let http = reqwest::Client::new();
     let created = http
         .post(format!("{base}/proxies"))

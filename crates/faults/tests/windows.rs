@@ -16,55 +16,28 @@ use serde_json::{Value, json};
 use shopeasy_faults::{
     FaultProxy, Proxies, Stream, Toxic, ToxicKind, ToxicWindow, WindowEnd, api, windows::DISABLED,
 };
-use support::echo;
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
+use support::{Api, echo};
 use tracing::{
     Event, Metadata, Subscriber,
     field::{Field, Visit},
     span::{Attributes, Id, Record},
 };
 
-struct Api {
-    base: String,
-    http: reqwest::Client,
-    _stop: tokio_util::sync::DropGuard,
-}
-
 async fn start_api() -> Api {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let stop = CancellationToken::new();
-    tokio::spawn(api::serve(listener, Proxies::with_seed(7), stop.clone()));
-    Api {
-        base,
-        http: reqwest::Client::new(),
-        _stop: stop.drop_guard(),
-    }
+    support::start_api(Proxies::with_seed(7)).await
 }
 
 impl Api {
-    async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
-        let response = request.send().await.unwrap();
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap();
-        let value = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap()
-        };
-        (status, value)
-    }
     async fn get(&self, path: &str) -> (u16, Value) {
-        self.send(self.http.get(format!("{}{path}", self.base)))
+        self.exchange(self.http.get(format!("{}{path}", self.base)))
             .await
     }
     async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        self.send(self.http.post(format!("{}{path}", self.base)).json(&body))
+        self.exchange(self.http.post(format!("{}{path}", self.base)).json(&body))
             .await
     }
     async fn delete(&self, path: &str) -> u16 {
-        self.send(self.http.delete(format!("{}{path}", self.base)))
+        self.exchange(self.http.delete(format!("{}{path}", self.base)))
             .await
             .0
     }
@@ -344,7 +317,7 @@ async fn bad_queries_unknown_proxies_and_foreign_hosts_are_refused() {
     assert_eq!(status, 404);
     assert_eq!(body["error"], "proxy not found");
     let (status, _) = api
-        .send(
+        .exchange(
             api.http
                 .get(format!("{}/windows", api.base))
                 .header("host", "evil.example"),

@@ -195,6 +195,13 @@ impl ProxyError {
     /// A connection failure before any response byte: the request may be
     /// re-sent if it is safe to repeat (SPEC §6). Timeouts are not: a slow
     /// service is not helped by more load.
+    /// Whether the request may have reached the service before this
+    /// failure (the connection closed after it was sent), so that the
+    /// service may have acted on it.
+    pub(crate) fn may_have_reached_the_service(self) -> bool {
+        self == Self::ConnectionTerminated
+    }
+
     pub(crate) fn is_connection_failure(self) -> bool {
         matches!(
             self,

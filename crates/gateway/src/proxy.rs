@@ -68,7 +68,7 @@ use crate::{
     headers,
     observe::{self, RouteMetrics},
     ratelimit::{ClientKey, RateLimiter, Verdict},
-    retry::{Replay, Retries, RetryPolicy},
+    retry::{self, Replay, Retries, RetryPolicy},
     routes::{Access, NoRoute, Route, RouteTable},
     server::ClientConnection,
     settings::GatewaySettings,
@@ -556,6 +556,9 @@ impl Shared {
         deadline: Option<Deadline>,
     ) -> Result<(Response<Incoming>, Pooled), ProxyError> {
         let mut retries = Retries::start(&lane.policy, replay);
+        // An earlier attempt whose connection closed after the request was
+        // sent: the service may have acted on it.
+        let mut maybe_done = None;
         loop {
             let request = outbound.next(deadline)?;
             match self
@@ -564,9 +567,24 @@ impl Shared {
             {
                 Ok(answer) => {
                     retries.succeeded();
+                    if let Some(earlier) = maybe_done
+                        && retry::refuses(answer.0.status())
+                    {
+                        // A refusal (503, 429) says "nothing was done" for
+                        // the attempt it answers, not for the request: the
+                        // keyed POST before it may have placed the order.
+                        // The caller is told the outcome is unknown (502)
+                        // and retries with the same key, which replays.
+                        return Err(earlier);
+                    }
                     return Ok(answer);
                 }
-                Err(error) => retries.after_failure(error, deadline).await?,
+                Err(error) => {
+                    if error.may_have_reached_the_service() {
+                        maybe_done = Some(error);
+                    }
+                    retries.after_failure(error, deadline).await?;
+                }
             }
         }
     }

@@ -5,7 +5,10 @@
 //! HEAD without a body, or a POST carrying `Idempotency-Key` (its body is
 //! buffered, capped, so it can be sent again). PUT, PATCH, DELETE and plain
 //! POST are never repeated, and no response of any status is retried: a 5xx
-//! goes back to the caller unchanged. Each retry is jittered and taken from
+//! goes back to the caller unchanged — except a refusal (503, 429) to a
+//! retry after a connection that closed once the request was sent: it
+//! answers for the retry only, so the caller gets the earlier attempt's
+//! 502 (outcome unknown; the same key tells). Each retry is jittered and taken from
 //! the route's [`RetryBudget`], so retries can add at most the budget's
 //! ratio of the route's traffic however many callers fail at once.
 //!
@@ -30,6 +33,13 @@ use crate::{
     error::ProxyError,
     observe::{self, RetryOutcome},
 };
+
+/// Whether `status` is a refusal before any work (503 unavailable or
+/// overloaded, 429 rate-limited): after a retry it cannot speak for an
+/// earlier attempt that may have been acted on.
+pub(crate) fn refuses(status: http::StatusCode) -> bool {
+    status == http::StatusCode::SERVICE_UNAVAILABLE || status == http::StatusCode::TOO_MANY_REQUESTS
+}
 
 /// The header that makes a POST safe to repeat.
 pub(crate) const IDEMPOTENCY_KEY: &str = "idempotency-key";

@@ -18,18 +18,15 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
     },
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{SystemTime, UNIX_EPOCH},
 };
 
 use axum::{Router, extract::Request, middleware::Next, response::IntoResponse};
 use shopeasy_faults::FaultProxy;
-use shopeasy_gateway::{App, GatewaySettings};
+use shopeasy_gateway::GatewaySettings;
 use shopeasy_identity::{AuthSettings, DemoKey, demo::DemoClaims};
-use shopeasy_runtime::{
-    lifecycle::{self, Running},
-    settings::Seconds,
-};
-use shopeasy_testkit::Metrics;
+use shopeasy_runtime::settings::Seconds;
+use support::{Gateway, gateway, http};
 
 // ---------------------------------------------------------------- servers
 
@@ -108,63 +105,24 @@ async fn issuer() -> (SocketAddr, Arc<AtomicUsize>) {
 
 // ---------------------------------------------------------------- gateway
 
-struct Gateway {
-    addr: SocketAddr,
-    admin: SocketAddr,
-    _server: Running,
-}
-
-impl Gateway {
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    async fn metrics(&self) -> Metrics {
-        let text = http()
-            .get(format!("http://{}/metrics", self.admin))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        Metrics::parse(&text)
-    }
-}
-
 /// Product and order on their stubs, `auth` trusting the test key.
 fn settings(product: SocketAddr, order: SocketAddr) -> GatewaySettings {
-    let mut s = GatewaySettings::default();
-    s.process.ephemeral();
-    s.routes.product_url = format!("http://{product}");
-    s.routes.order_url = format!("http://{order}");
-    s.resilience.gateway.activity_timeout_seconds = Seconds::new(2.0);
-    s.resilience.gateway.connect_timeout_seconds = Seconds::new(1.0);
-    s.auth = support::auth();
-    s
-}
-
-async fn gateway(settings: GatewaySettings) -> Gateway {
-    let server = lifecycle::spawn::<App>(settings).await.unwrap();
-    Gateway {
-        addr: server.local_addr(),
-        admin: server.admin_addr(),
-        _server: server,
-    }
-}
-
-fn http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
+    support::settings(product, order, Seconds::new(2.0), Seconds::new(1.0))
 }
 
 /// Two stubs and a gateway in front of them.
 async fn system() -> (Gateway, Stub, Stub) {
+    system_with(|_| {}).await
+}
+
+/// Two stubs and a gateway in front of them, its settings changed by
+/// `tune` first.
+async fn system_with(tune: impl FnOnce(&mut GatewaySettings)) -> (Gateway, Stub, Stub) {
     let (product, p) = Stub::start().await;
     let (order, o) = Stub::start().await;
-    (gateway(settings(p, o)).await, product, order)
+    let mut s = settings(p, o);
+    tune(&mut s);
+    (gateway(s).await, product, order)
 }
 
 fn now() -> u64 {
@@ -412,11 +370,10 @@ async fn stock_goes_to_order_for_anyone_and_only_to_read() {
 #[tokio::test]
 async fn sign_in_through_the_gateway_returns_a_token_the_order_routes_accept() {
     let (issuer, served) = issuer().await;
-    let (_product, p) = Stub::start().await;
-    let (order, o) = Stub::start().await;
-    let mut s = settings(p, o);
-    s.routes.identity_url = format!("http://{issuer}");
-    let gw = gateway(s).await;
+    let (gw, _product, order) = system_with(|s| {
+        s.routes.identity_url = format!("http://{issuer}");
+    })
+    .await;
     let http = http();
     let r = http
         .post(gw.url("/api/session"))
@@ -486,12 +443,11 @@ async fn sign_in_is_not_routed_unless_configured() {
 
 #[tokio::test]
 async fn a_customer_out_of_placements_gets_429_while_another_on_the_same_address_places() {
-    let (_product, p) = Stub::start().await;
-    let (order, o) = Stub::start().await;
-    let mut s = settings(p, o);
-    s.limits.customer_orders_per_minute = 6;
-    s.limits.customer_order_burst = 3;
-    let gw = gateway(s).await;
+    let (gw, _product, order) = system_with(|s| {
+        s.limits.customer_orders_per_minute = 6;
+        s.limits.customer_order_burst = 3;
+    })
+    .await;
     let http = http();
     let place = |who: &str| {
         http.post(gw.url("/api/orders"))
@@ -531,12 +487,7 @@ async fn a_customer_out_of_placements_gets_429_while_another_on_the_same_address
     // read her orders (only placements have the extra budget).
     let r = place("bob").await.unwrap();
     assert_eq!(r.status(), 200);
-    let r = http
-        .get(gw.url("/api/orders"))
-        .bearer_auth(support::token("alice"))
-        .send()
-        .await
-        .unwrap();
+    let r = gw.get_as(&http, "/api/orders", "alice").await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["ratelimit-policy"], "\"default\";q=2000;w=2");
     assert_eq!(
@@ -548,26 +499,20 @@ async fn a_customer_out_of_placements_gets_429_while_another_on_the_same_address
 
 #[tokio::test]
 async fn signed_in_requests_are_limited_per_customer_not_per_address() {
-    let (_product, p) = Stub::start().await;
-    let (order, o) = Stub::start().await;
-    let mut s = settings(p, o);
-    s.limits.client_requests_per_second = 1;
-    s.limits.client_burst = 2;
-    let gw = gateway(s).await;
+    let (gw, _product, order) = system_with(|s| {
+        s.limits.client_requests_per_second = 1;
+        s.limits.client_burst = 2;
+    })
+    .await;
     let http = http();
-    let read = |who: &str| {
-        http.get(gw.url("/api/orders"))
-            .bearer_auth(support::token(who))
-            .send()
-    };
     for _ in 0..2 {
-        assert_eq!(read("alice").await.unwrap().status(), 200);
+        assert_eq!(gw.get_as(&http, "/api/orders", "alice").await.status(), 200);
     }
-    let r = read("alice").await.unwrap();
+    let r = gw.get_as(&http, "/api/orders", "alice").await;
     assert_eq!(r.status(), 429);
     assert_eq!(r.headers()["ratelimit-policy"], "\"default\";q=2;w=2");
     // Same address, another customer, and anonymous traffic: untouched.
-    assert_eq!(read("bob").await.unwrap().status(), 200);
+    assert_eq!(gw.get_as(&http, "/api/orders", "bob").await.status(), 200);
     let r = http.get(gw.url("/api/products")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(order.count(), 3);
@@ -575,12 +520,11 @@ async fn signed_in_requests_are_limited_per_customer_not_per_address() {
 
 #[tokio::test]
 async fn refused_tokens_count_against_the_address_so_guessing_is_rate_limited() {
-    let (_product, p) = Stub::start().await;
-    let (order, o) = Stub::start().await;
-    let mut s = settings(p, o);
-    s.limits.client_requests_per_second = 1;
-    s.limits.client_burst = 2;
-    let gw = gateway(s).await;
+    let (gw, _product, order) = system_with(|s| {
+        s.limits.client_requests_per_second = 1;
+        s.limits.client_burst = 2;
+    })
+    .await;
     let guess = || {
         http()
             .get(gw.url("/api/orders"))
@@ -593,12 +537,7 @@ async fn refused_tokens_count_against_the_address_so_guessing_is_rate_limited() 
     assert_eq!(r.status(), 429, "the address's budget is spent");
     assert_eq!(r.headers()["ratelimit-policy"], "\"default\";q=2;w=2");
     // A signed-in customer from the same address has a budget of its own.
-    let r = http()
-        .get(gw.url("/api/orders"))
-        .bearer_auth(support::token("alice"))
-        .send()
-        .await
-        .unwrap();
+    let r = gw.get_as(&http(), "/api/orders", "alice").await;
     assert_eq!(r.status(), 200);
     assert_eq!(order.count(), 1);
 }
@@ -607,33 +546,22 @@ async fn refused_tokens_count_against_the_address_so_guessing_is_rate_limited() 
 async fn with_the_jwks_provider_down_cached_keys_still_verify() {
     let (issuer, served) = issuer().await;
     let provider = FaultProxy::start("jwks", issuer.to_string()).await.unwrap();
-    let (_product, p) = Stub::start().await;
-    let (order, o) = Stub::start().await;
-    let mut s = settings(p, o);
-    s.auth = AuthSettings::for_jwks(format!(
-        "http://{}/.well-known/jwks.json",
-        provider.listen_addr()
-    ));
-    let gw = gateway(s).await;
+    let (gw, _product, order) = system_with(|s| {
+        s.auth = AuthSettings::for_jwks(format!(
+            "http://{}/.well-known/jwks.json",
+            provider.listen_addr()
+        ));
+    })
+    .await;
     let http = http();
-    let r = http
-        .get(gw.url("/api/orders"))
-        .bearer_auth(support::token("alice"))
-        .send()
-        .await
-        .unwrap();
+    let r = gw.get_as(&http, "/api/orders", "alice").await;
     assert_eq!(r.status(), 200, "verified with the fetched JWKS");
     let fetched = served.load(Ordering::SeqCst);
     assert!(fetched >= 1, "the keys came from the provider");
 
     provider.set_enabled(false).await;
     for who in ["alice", "bob", "carol"] {
-        let r = http
-            .get(gw.url("/api/orders"))
-            .bearer_auth(support::token(who))
-            .send()
-            .await
-            .unwrap();
+        let r = gw.get_as(&http, "/api/orders", who).await;
         assert_eq!(r.status(), 200, "{who}: a cached key verifies while down");
     }
     // A forged token is still refused while the provider is down.
@@ -663,23 +591,17 @@ async fn with_no_keys_ever_fetched_order_routes_answer_503_and_products_still_wo
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
-    let (product, p) = Stub::start().await;
-    let (order, o) = Stub::start().await;
-    let mut s = settings(p, o);
-    s.auth = AuthSettings {
-        fetch_retries: 0,
-        fetch_timeout_seconds: Seconds::new(0.5),
-        fetch_deadline_seconds: Seconds::new(1.0),
-        min_refresh_interval_seconds: Seconds::new(0.0),
-        ..AuthSettings::for_jwks(format!("http://{closed}/jwks.json"))
-    };
-    let gw = gateway(s).await;
-    let r = http()
-        .get(gw.url("/api/orders"))
-        .bearer_auth(support::token("alice"))
-        .send()
-        .await
-        .unwrap();
+    let (gw, product, order) = system_with(|s| {
+        s.auth = AuthSettings {
+            fetch_retries: 0,
+            fetch_timeout_seconds: Seconds::new(0.5),
+            fetch_deadline_seconds: Seconds::new(1.0),
+            min_refresh_interval_seconds: Seconds::new(0.0),
+            ..AuthSettings::for_jwks(format!("http://{closed}/jwks.json"))
+        };
+    })
+    .await;
+    let r = gw.get_as(&http(), "/api/orders", "alice").await;
     assert_eq!(r.status(), 503);
     assert!(r.headers().contains_key("retry-after"));
     assert!(

@@ -18,80 +18,27 @@ use std::{
 
 mod support;
 
-use shopeasy_gateway::{App, GatewaySettings};
-use shopeasy_runtime::{
-    lifecycle::{self, Running},
-    settings::Seconds,
-};
+use shopeasy_gateway::GatewaySettings;
+use shopeasy_runtime::settings::Seconds;
 use shopeasy_testkit::{Metrics, assert_eventually};
+use support::{Gateway, gateway, header, http_from, read_message};
 use tokio::{
-    io::{AsyncRead, AsyncReadExt, AsyncWriteExt},
+    io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
     sync::Semaphore,
+    task::JoinHandle,
     time::{Instant, timeout},
 };
 
 // ---------------------------------------------------------------- gateway
 
-struct Gateway {
-    addr: SocketAddr,
-    admin: SocketAddr,
-    _server: Running,
-}
-
 /// Settings with both routes on `product` and `order`, short timeouts and
 /// limits loose enough not to get in the way of the test's own.
 fn settings(product: SocketAddr, order: SocketAddr) -> GatewaySettings {
-    let mut s = GatewaySettings::default();
-    s.process.ephemeral();
-    s.routes.product_url = format!("http://{product}");
-    s.routes.order_url = format!("http://{order}");
-    s.resilience.gateway.activity_timeout_seconds = Seconds::new(1.0);
-    s.resilience.gateway.connect_timeout_seconds = Seconds::new(2.0);
+    let mut s = support::settings(product, order, Seconds::new(1.0), Seconds::new(2.0));
     s.limits.client_requests_per_second = 100_000;
     s.limits.client_burst = 100_000;
-    s.auth = support::auth();
     s
-}
-
-async fn gateway(settings: GatewaySettings) -> Gateway {
-    let server = lifecycle::spawn::<App>(settings).await.unwrap();
-    Gateway {
-        addr: server.local_addr(),
-        admin: server.admin_addr(),
-        _server: server,
-    }
-}
-
-impl Gateway {
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    async fn metrics(&self) -> Metrics {
-        let text = reqwest::get(format!("http://{}/metrics", self.admin))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        Metrics::parse(&text)
-    }
-
-    async fn open_connections(&self) -> f64 {
-        self.metrics()
-            .await
-            .get("shopeasy_gateway_open_connections", &[])
-            .unwrap_or(0.0)
-    }
-}
-
-fn http_from(local: IpAddr) -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .local_address(local)
-        .build()
-        .unwrap()
 }
 
 fn http() -> reqwest::Client {
@@ -106,6 +53,15 @@ struct Seen {
     open: AtomicUsize,
     max_open: AtomicUsize,
     arrivals: AtomicUsize,
+}
+
+impl Seen {
+    fn arrivals(&self) -> usize {
+        self.arrivals.load(Ordering::SeqCst)
+    }
+    fn max_open(&self) -> usize {
+        self.max_open.load(Ordering::SeqCst)
+    }
 }
 
 /// A keep-alive HTTP/1.1 service answering `200 ok` to every request, after
@@ -176,40 +132,8 @@ async fn serve_fake(
     }
 }
 
-/// Reads one HTTP/1.1 message with a `Content-Length` (or none) body:
-/// its head and its body; `None` at EOF.
-async fn read_message<S: AsyncRead + Unpin>(stream: &mut S) -> Option<(String, Vec<u8>)> {
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        match stream.read(&mut byte).await {
-            Ok(1) => buf.push(byte[0]),
-            _ => return None,
-        }
-    }
-    let head = String::from_utf8_lossy(&buf).into_owned();
-    let length = head
-        .lines()
-        .find_map(|l| {
-            let (name, value) = l.split_once(':')?;
-            name.eq_ignore_ascii_case("content-length")
-                .then(|| value.trim().parse::<usize>().ok())?
-        })
-        .unwrap_or(0);
-    let mut body = vec![0; length];
-    stream.read_exact(&mut body).await.ok()?;
-    Some((head, body))
-}
-
 fn status_of(head: &str) -> u16 {
     head.split(' ').nth(1).unwrap().parse().unwrap()
-}
-
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines().find_map(|l| {
-        let (n, v) = l.split_once(':')?;
-        n.eq_ignore_ascii_case(name).then(|| v.trim())
-    })
 }
 
 const GET: &[u8] = b"GET /api/products/1 HTTP/1.1\r\nHost: shop\r\n\r\n";
@@ -219,6 +143,43 @@ async fn get_on(stream: &mut TcpStream, within: Duration) -> Option<u16> {
     stream.write_all(GET).await.ok()?;
     let (head, _) = timeout(within, read_message(stream)).await.ok()??;
     Some(status_of(&head))
+}
+
+/// Sends `n` GETs of `/api/products/1` through `gw` and waits (3 s at the
+/// most) until `fake` has seen all of them, `what` naming the wait; the
+/// requests, pending while `fake` holds them.
+async fn held_at(
+    fake: &Fake,
+    n: usize,
+    what: &str,
+    http: &reqwest::Client,
+    gw: &Gateway,
+) -> Vec<JoinHandle<reqwest::Result<reqwest::Response>>> {
+    let held = (0..n)
+        .map(|_| tokio::spawn(http.get(gw.url("/api/products/1")).send()))
+        .collect();
+    let seen = fake.seen.clone();
+    assert_eventually(Duration::from_secs(3), what, async || seen.arrivals() == n).await;
+    held
+}
+
+/// Sends `request` and asserts the gateway refuses it at once (within
+/// 500 ms) with 503, `retry-after: 1` and a `Proxy-Status` naming the
+/// connection limit `details`; returns the problem body.
+async fn refused_at_once(request: reqwest::RequestBuilder, details: &str) -> serde_json::Value {
+    let started = Instant::now();
+    let r = request.send().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "refused at once"
+    );
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert_eq!(
+        r.headers()["proxy-status"],
+        format!("shopeasy-gateway; error=connection_limit_reached; details=\"{details}\"")
+    );
+    r.json().await.unwrap()
 }
 
 // ---------------------------------------------------------------- tests
@@ -366,11 +327,7 @@ async fn a_thousand_made_up_methods_add_at_most_one_metric_series() {
         ),
         1000.0
     );
-    assert_eq!(
-        fake.seen.arrivals.load(Ordering::SeqCst),
-        1,
-        "never forwarded"
-    );
+    assert_eq!(fake.seen.arrivals(), 1, "never forwarded");
 }
 
 #[tokio::test]
@@ -412,11 +369,7 @@ async fn a_rate_limited_client_gets_429_with_the_headers_and_others_are_untouche
         let r = b.get(gw.url("/api/products/1")).send().await.unwrap();
         assert_eq!(r.status(), 200);
     }
-    assert_eq!(
-        fake.seen.arrivals.load(Ordering::SeqCst),
-        6,
-        "the 429 was never forwarded"
-    );
+    assert_eq!(fake.seen.arrivals(), 6, "the 429 was never forwarded");
 }
 
 #[tokio::test]
@@ -428,27 +381,12 @@ async fn a_saturated_route_answers_503_while_the_other_route_still_answers() {
     s.resilience.gateway.activity_timeout_seconds = Seconds::new(10.0);
     let gw = gateway(s).await;
     let http = http();
-    let held: Vec<_> = (0..2)
-        .map(|_| tokio::spawn(http.get(gw.url("/api/products/1")).send()))
-        .collect();
-    let seen = product.seen.clone();
-    assert_eventually(Duration::from_secs(3), "both reach product", async || {
-        seen.arrivals.load(Ordering::SeqCst) == 2
-    })
+    let held = held_at(&product, 2, "both reach product", &http, &gw).await;
+    let body = refused_at_once(
+        http.get(gw.url("/api/products/2")),
+        "product route in-flight cap",
+    )
     .await;
-    let started = Instant::now();
-    let r = http.get(gw.url("/api/products/2")).send().await.unwrap();
-    assert!(
-        started.elapsed() < Duration::from_millis(500),
-        "refused at once"
-    );
-    assert_eq!(r.status(), 503);
-    assert_eq!(r.headers()["retry-after"], "1");
-    assert_eq!(
-        r.headers()["proxy-status"],
-        "shopeasy-gateway; error=connection_limit_reached; details=\"product route in-flight cap\""
-    );
-    let body: serde_json::Value = r.json().await.unwrap();
     assert!(
         body["type"].as_str().unwrap().ends_with("overloaded"),
         "{body}"
@@ -460,18 +398,9 @@ async fn a_saturated_route_answers_503_while_the_other_route_still_answers() {
             .contains("2 requests in flight"),
         "{body}"
     );
-    assert_eq!(
-        product.seen.arrivals.load(Ordering::SeqCst),
-        2,
-        "not forwarded"
-    );
+    assert_eq!(product.seen.arrivals(), 2, "not forwarded");
     // The order route is not affected.
-    let r = http
-        .get(gw.url("/api/orders/1"))
-        .bearer_auth(support::token("alice"))
-        .send()
-        .await
-        .unwrap();
+    let r = gw.get_as(&http, "/api/orders/1", "alice").await;
     assert_eq!(r.status(), 200);
     // Released, the held ones complete and the route takes requests again.
     product.release(3);
@@ -495,9 +424,9 @@ async fn the_service_never_sees_more_connections_than_the_per_origin_cap() {
     for r in requests {
         assert_eq!(r.await.unwrap().unwrap().status(), 200);
     }
-    let max = fake.seen.max_open.load(Ordering::SeqCst);
+    let max = fake.seen.max_open();
     assert_eq!(max, 3, "at most the cap, and the cap was used");
-    assert_eq!(fake.seen.arrivals.load(Ordering::SeqCst), 12);
+    assert_eq!(fake.seen.arrivals(), 12);
 }
 
 #[tokio::test]
@@ -509,14 +438,7 @@ async fn waiting_for_an_upstream_connection_ends_in_503_at_the_connect_timeout()
     s.resilience.gateway.connect_timeout_seconds = Seconds::new(0.3);
     let gw = gateway(s).await;
     let http = http();
-    let held = tokio::spawn(http.get(gw.url("/api/products/1")).send());
-    let seen = fake.seen.clone();
-    assert_eventually(
-        Duration::from_secs(3),
-        "the first reaches the service",
-        async || seen.arrivals.load(Ordering::SeqCst) == 1,
-    )
-    .await;
+    let held = held_at(&fake, 1, "the first reaches the service", &http, &gw).await;
     let started = Instant::now();
     let r = http.get(gw.url("/api/products/2")).send().await.unwrap();
     let took = started.elapsed();
@@ -529,9 +451,11 @@ async fn waiting_for_an_upstream_connection_ends_in_503_at_the_connect_timeout()
         r.headers()["proxy-status"],
         "shopeasy-gateway; error=connection_limit_reached; details=\"upstream connection cap\""
     );
-    assert_eq!(fake.seen.max_open.load(Ordering::SeqCst), 1);
+    assert_eq!(fake.seen.max_open(), 1);
     fake.release(1);
-    assert_eq!(held.await.unwrap().unwrap().status(), 200);
+    for h in held {
+        assert_eq!(h.await.unwrap().unwrap().status(), 200);
+    }
 }
 
 #[tokio::test]
@@ -574,7 +498,7 @@ async fn a_head_past_the_buffer_is_refused_with_431_without_waiting_for_its_end(
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert_eq!(fake.seen.arrivals.load(Ordering::SeqCst), 0);
+    assert_eq!(fake.seen.arrivals(), 0);
 }
 
 #[tokio::test]
@@ -588,39 +512,16 @@ async fn the_gateways_own_admission_sheds_at_its_limit_and_is_reported() {
     (a.initial_limit, a.min_limit, a.max_limit, a.queue_size) = (1, 1, 1, 0);
     let gw = gateway(s).await;
     let http = http();
-    let held = tokio::spawn(http.get(gw.url("/api/products/1")).send());
-    let seen = product.seen.clone();
-    assert_eventually(
-        Duration::from_secs(3),
-        "the first reaches product",
-        async || seen.arrivals.load(Ordering::SeqCst) == 1,
+    let held = held_at(&product, 1, "the first reaches product", &http, &gw).await;
+    // The other route has room of its own, but the gateway's limit is 1.
+    let body = refused_at_once(
+        http.get(gw.url("/api/orders/1"))
+            .bearer_auth(support::token("alice")),
+        "gateway admission limit",
     )
     .await;
-    // The other route has room of its own, but the gateway's limit is 1.
-    let started = Instant::now();
-    let r = http
-        .get(gw.url("/api/orders/1"))
-        .bearer_auth(support::token("alice"))
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        started.elapsed() < Duration::from_millis(500),
-        "refused at once"
-    );
-    assert_eq!(r.status(), 503);
-    assert_eq!(r.headers()["retry-after"], "1");
-    assert_eq!(
-        r.headers()["proxy-status"],
-        "shopeasy-gateway; error=connection_limit_reached; details=\"gateway admission limit\""
-    );
-    let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["reason"], "refused_full", "{body}");
-    assert_eq!(
-        order.seen.arrivals.load(Ordering::SeqCst),
-        0,
-        "shed before any work"
-    );
+    assert_eq!(order.seen.arrivals(), 0, "shed before any work");
     let report: serde_json::Value = reqwest::get(format!("http://{}/admin/resilience", gw.admin))
         .await
         .unwrap()
@@ -632,12 +533,9 @@ async fn the_gateways_own_admission_sheds_at_its_limit_and_is_reported() {
     assert_eq!(admission["in_flight"], 1, "{report}");
     assert_eq!(admission["requests"]["refused_full"], 1, "{report}");
     product.release(1);
-    assert_eq!(held.await.unwrap().unwrap().status(), 200);
-    let r = http
-        .get(gw.url("/api/orders/1"))
-        .bearer_auth(support::token("alice"))
-        .send()
-        .await
-        .unwrap();
+    for h in held {
+        assert_eq!(h.await.unwrap().unwrap().status(), 200);
+    }
+    let r = gw.get_as(&http, "/api/orders/1", "alice").await;
     assert_eq!(r.status(), 200);
 }

@@ -17,11 +17,9 @@ use std::{
 
 mod support;
 
-use shopeasy_gateway::{App, GatewaySettings};
-use shopeasy_runtime::{
-    lifecycle::{self, Running},
-    settings::Seconds,
-};
+use shopeasy_gateway::GatewaySettings;
+use shopeasy_runtime::settings::Seconds;
+use support::{gateway, header, http, read_message};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
@@ -33,55 +31,14 @@ const ACTIVITY: Duration = Duration::from_secs(1);
 
 // ---------------------------------------------------------------- gateway
 
-/// The gateway under test; stopped when dropped.
-struct Gateway {
-    addr: SocketAddr,
-    admin: SocketAddr,
-    _server: Running,
-}
-
+/// Both routes on `upstream`, with the [`ACTIVITY`] timeout.
 fn settings(upstream: SocketAddr) -> GatewaySettings {
-    let mut s = GatewaySettings::default();
-    s.process.ephemeral();
-    s.routes.product_url = format!("http://{upstream}");
-    s.routes.order_url = format!("http://{upstream}");
-    s.resilience.gateway.activity_timeout_seconds = Seconds::from(ACTIVITY);
-    s.resilience.gateway.connect_timeout_seconds = Seconds::new(1.0);
-    s.auth = support::auth();
-    s
-}
-
-async fn gateway(settings: GatewaySettings) -> Gateway {
-    let server = lifecycle::spawn::<App>(settings).await.unwrap();
-    Gateway {
-        addr: server.local_addr(),
-        admin: server.admin_addr(),
-        _server: server,
-    }
-}
-
-fn http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
-
-impl Gateway {
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    async fn metrics(&self) -> String {
-        http()
-            .get(format!("http://{}/metrics", self.admin))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    }
+    support::settings(
+        upstream,
+        upstream,
+        Seconds::from(ACTIVITY),
+        Seconds::new(1.0),
+    )
 }
 
 /// The sum of metric `name`'s samples carrying `labels` (0 if none).
@@ -159,7 +116,7 @@ impl Fake {
                 let (s, serve) = (s.clone(), serve.clone());
                 tokio::spawn(async move {
                     loop {
-                        let Some((head, body)) = read_request(&mut stream).await else {
+                        let Some((head, body)) = read_message(&mut stream).await else {
                             return;
                         };
                         let index = s.arrivals.fetch_add(1, Ordering::SeqCst);
@@ -175,34 +132,6 @@ impl Fake {
         });
         Fake { addr, seen, accept }
     }
-}
-
-/// Reads a request head and a Content-Length body; `None` at EOF.
-async fn read_request(stream: &mut TcpStream) -> Option<(String, Vec<u8>)> {
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        if stream.read(&mut byte).await.ok()? == 0 {
-            return None;
-        }
-        buf.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&buf).into_owned();
-    let len = header(&head, "content-length").and_then(|v| v.parse::<usize>().ok());
-    let mut body = vec![0u8; len.unwrap_or(0)];
-    if !body.is_empty() {
-        // A client that stalls its body leaves this read waiting.
-        stream.read_exact(&mut body).await.ok()?;
-    }
-    Some((head, body))
-}
-
-/// A header's value from a raw head, case-insensitively.
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines().find_map(|l| {
-        let (n, v) = l.split_once(':')?;
-        n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
-    })
 }
 
 async fn ok(mut stream: TcpStream, body: &str) -> Option<TcpStream> {
@@ -260,7 +189,7 @@ async fn a_get_over_a_broken_connection_is_retried() {
     assert_eq!(res.status(), 200);
     assert_eq!(res.text().await.unwrap(), "fine");
     assert_eq!(fake.seen.arrivals(), 2, "one failed attempt, one retry");
-    let m = gw.metrics().await;
+    let m = gw.metrics_text().await;
     assert!(
         metric(
             &m,
@@ -319,6 +248,48 @@ async fn a_keyed_post_is_repeated_once_with_the_same_body() {
 }
 
 #[tokio::test]
+async fn a_refusal_of_the_retry_of_a_keyed_post_does_not_speak_for_the_first_attempt() {
+    // The first attempt's connection closes after the request was sent (the
+    // service may have placed the order); the retry is refused by the
+    // service's admission control.
+    const REFUSAL: &str = r#"{"type":"urn:shopeasy:problem:overloaded","status":503}"#;
+    let fake = Fake::start(|a: Arrival, mut stream: TcpStream| async move {
+        if a.index == 0 {
+            reset(stream);
+            return None;
+        }
+        let response = format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\n\
+             retry-after: 1\r\ncontent-length: {}\r\n\r\n{REFUSAL}",
+            REFUSAL.len()
+        );
+        stream.write_all(response.as_bytes()).await.ok()?;
+        Some(stream)
+    })
+    .await;
+    let gw = gateway(settings(fake.addr)).await;
+    let res = http()
+        .post(gw.url("/api/orders"))
+        .bearer_auth(support::token("alice"))
+        .header("content-type", "application/json")
+        .header("idempotency-key", "k-2")
+        .body(r#"{"customer_id":"c","items":[]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fake.seen.arrivals(), 2, "the keyed POST was retried");
+    // Not the retry's "overloaded" (nothing done), but the first attempt's
+    // unknown outcome: the caller retries with the same key.
+    assert_eq!(res.status(), 502);
+    assert_eq!(
+        res.headers()["proxy-status"],
+        "shopeasy-gateway; error=connection_terminated"
+    );
+    let body = res.text().await.unwrap();
+    assert!(!body.contains("overloaded"), "{body}");
+}
+
+#[tokio::test]
 async fn a_503_is_passed_through_byte_for_byte_and_not_retried() {
     const BODY: &str = r#"{"type":"urn:shopeasy:problem:unavailable","status":503}"#;
     let fake = Fake::start(|_a: Arrival, mut stream: TcpStream| async move {
@@ -332,12 +303,7 @@ async fn a_503_is_passed_through_byte_for_byte_and_not_retried() {
     })
     .await;
     let gw = gateway(settings(fake.addr)).await;
-    let res = http()
-        .get(gw.url("/api/orders/9"))
-        .bearer_auth(support::token("alice"))
-        .send()
-        .await
-        .unwrap();
+    let res = gw.get_as(&http(), "/api/orders/9", "alice").await;
     assert_eq!(res.status(), 503);
     assert_eq!(res.headers()["retry-after"], "7");
     assert_eq!(res.headers()["x-upstream"], "order");
@@ -362,7 +328,7 @@ async fn a_refused_connection_answers_502_in_under_a_second() {
         "shopeasy-gateway; error=connection_refused"
     );
     assert!(took < Duration::from_secs(1), "took {took:?}");
-    let m = gw.metrics().await;
+    let m = gw.metrics_text().await;
     assert!(
         metric(
             &m,
@@ -441,7 +407,7 @@ async fn budget_exhaustion_stops_retries_and_is_counted() {
     s.resilience.retry_budget.min_retries_per_window = 1;
     let gw = gateway(s).await;
     let before = metric(
-        &gw.metrics().await,
+        &gw.metrics_text().await,
         "shopeasy_gateway_retries_total",
         &[("outcome", "budget_exhausted")],
     );
@@ -456,7 +422,7 @@ async fn budget_exhaustion_stops_retries_and_is_counted() {
     assert_eq!(second.status(), 502);
     assert_eq!(fake.seen.arrivals(), 3, "budget empty: no retry at all");
     let after = metric(
-        &gw.metrics().await,
+        &gw.metrics_text().await,
         "shopeasy_gateway_retries_total",
         &[("outcome", "budget_exhausted")],
     );
@@ -490,12 +456,7 @@ async fn a_silent_service_ends_in_504_and_sees_the_cancellation() {
     .await;
     let gw = gateway(settings(fake.addr)).await;
     let started = Instant::now();
-    let res = http()
-        .get(gw.url("/api/orders/1"))
-        .bearer_auth(support::token("alice"))
-        .send()
-        .await
-        .unwrap();
+    let res = gw.get_as(&http(), "/api/orders/1", "alice").await;
     let answered = Instant::now();
     assert_eq!(res.status(), 504);
     assert_eq!(
@@ -552,7 +513,7 @@ async fn a_response_that_stalls_mid_body_is_aborted_after_the_timeout() {
         took >= ACTIVITY - Duration::from_millis(100) && took < ACTIVITY + Duration::from_secs(1),
         "took {took:?}"
     );
-    let m = gw.metrics().await;
+    let m = gw.metrics_text().await;
     assert!(
         metric(
             &m,
@@ -721,7 +682,7 @@ async fn bodiless_responses_complete_and_keep_their_connection() {
         1,
         "a 204 leaves its connection pooled"
     );
-    let m = gw.metrics().await;
+    let m = gw.metrics_text().await;
     assert_eq!(
         metric(
             &m,

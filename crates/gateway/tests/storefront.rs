@@ -41,17 +41,15 @@ async fn gateway(product: SocketAddr, per_second: u32) -> (Running, String) {
     (server, url)
 }
 
+/// The body of `GET url`, as text.
+async fn text(http: &reqwest::Client, url: String) -> String {
+    http.get(url).send().await.unwrap().text().await.unwrap()
+}
+
 /// Every file the page loads: index.html's `src`/`href` targets and the
 /// modules app.js imports.
 async fn page_files(http: &reqwest::Client, gw: &str) -> Vec<String> {
-    let html = http
-        .get(format!("{gw}/"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = text(http, format!("{gw}/")).await;
     let mut files: Vec<String> = ["src=\"", "href=\""]
         .iter()
         .flat_map(|attr| html.split(attr).skip(1))
@@ -59,14 +57,7 @@ async fn page_files(http: &reqwest::Client, gw: &str) -> Vec<String> {
         .filter(|target| target.starts_with("/assets/"))
         .map(str::to_owned)
         .collect();
-    let app = http
-        .get(format!("{gw}/assets/app.js"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let app = text(http, format!("{gw}/assets/app.js")).await;
     for line in app.lines().filter(|l| l.starts_with("import ")) {
         let module = line.split('"').nth(1).unwrap();
         files.push(format!("/assets/{}", module.trim_start_matches("./")));

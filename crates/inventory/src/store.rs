@@ -7,6 +7,9 @@
 //! decides atomically, there is no read-then-write window. Lines are taken
 //! in product-id order so two reservations never lock rows in opposite
 //! orders (no deadlocks); any short line rolls the whole transaction back.
+//! On Postgres a one-line reservation (the usual kind) is one statement in
+//! its transaction (three round trips in all: `BEGIN` with its timeout,
+//! the statement, `COMMIT`); anything unusual takes the steps one by one.
 //!
 //! **Idempotent.** The reservation row is inserted first with `ON CONFLICT
 //! (reservation_id) DO NOTHING`. A concurrent repeat of the same id waits on
@@ -27,7 +30,7 @@
 use std::{future::Future, time::Duration};
 
 use shopeasy_runtime::db::{Backend, Database};
-use sqlx::{Any, AssertSqlSafe, Executor, Row, Transaction};
+use sqlx::{Any, AssertSqlSafe, Row, Transaction};
 use tokio::time::Instant;
 
 use crate::{
@@ -115,8 +118,23 @@ impl Store {
     ) -> Result<Reserved, Error> {
         self.bounded(deadline, async {
             let id = reservation.id();
-            let mut tx = self.begin(true, deadline).await?;
             let now = now_ms();
+            if self.db.backend() == Backend::Postgres
+                && let [line] = reservation.lines()
+            {
+                let mut tx = self.begin(true, deadline).await?;
+                if reserve_one_line(&mut tx, id, line, now).await? {
+                    commit(tx, deadline).await?;
+                    return Ok(Reserved {
+                        lines: vec![line.clone()],
+                        replayed: false,
+                    });
+                }
+                // A repeat, a released id, or short: the steps below say
+                // which (the statement changed nothing).
+                tx.rollback().await?;
+            }
+            let mut tx = self.begin(true, deadline).await?;
             let created = sqlx::query(
                 "INSERT INTO reservations (reservation_id, state, created_at, updated_at) \
                  VALUES ($1, 'reserved', $2, $2) ON CONFLICT (reservation_id) DO NOTHING",
@@ -311,11 +329,6 @@ impl Store {
         write: bool,
         deadline: Instant,
     ) -> Result<Transaction<'static, Any>, Error> {
-        let mut tx = if write {
-            self.db.begin_write().await?
-        } else {
-            self.db.pool().begin().await?
-        };
         if self.db.backend() == Backend::Postgres {
             let left = deadline.saturating_duration_since(Instant::now());
             // Whole milliseconds, rounded up; 0 would mean "no timeout".
@@ -323,10 +336,21 @@ impl Store {
             if ms == 0 {
                 return Err(Error::DeadlineExceeded);
             }
-            tx.execute(AssertSqlSafe(format!("SET LOCAL statement_timeout = {ms}")))
-                .await?;
+            // One round trip: the simple-query protocol takes both
+            // statements at once. Only a number is formatted in.
+            return Ok(self
+                .db
+                .pool()
+                .begin_with(AssertSqlSafe(format!(
+                    "BEGIN; SET LOCAL statement_timeout = {ms}"
+                )))
+                .await?);
         }
-        Ok(tx)
+        Ok(if write {
+            self.db.begin_write().await?
+        } else {
+            self.db.pool().begin().await?
+        })
     }
 }
 
@@ -339,6 +363,40 @@ async fn commit(tx: Transaction<'static, Any>, deadline: Instant) -> Result<(), 
         return Err(Error::DeadlineExceeded);
     }
     Ok(tx.commit().await?)
+}
+
+/// The usual reservation on Postgres — one line, a new id, enough stock —
+/// in one statement: the reservation row, the conditional take and the
+/// line, each only if the one before it happened. True when reserved;
+/// false when nothing was written (the id exists, or the stock is short),
+/// and the caller takes the step-by-step path that tells which. One line
+/// only: with several, a short line would leave the others taken (a
+/// statement cannot roll back its own sub-statements) and the rows would
+/// be locked in the join's order rather than in product-id order.
+async fn reserve_one_line(
+    tx: &mut Transaction<'static, Any>,
+    id: &ReservationId,
+    line: &Line,
+    now: i64,
+) -> Result<bool, Error> {
+    let reserved: i64 = sqlx::query_scalar(
+        "WITH r AS (INSERT INTO reservations (reservation_id, state, created_at, updated_at) \
+           VALUES ($1, 'reserved', $4, $4) ON CONFLICT (reservation_id) DO NOTHING \
+           RETURNING reservation_id), \
+         s AS (UPDATE stock SET available = available - $3, updated_at = $4 \
+           WHERE product_id = $2 AND available >= $3 AND EXISTS (SELECT 1 FROM r) \
+           RETURNING product_id), \
+         l AS (INSERT INTO reservation_lines (reservation_id, line_no, product_id, quantity) \
+           SELECT r.reservation_id, 0, s.product_id, $3 FROM r CROSS JOIN s) \
+         SELECT count(*) FROM s",
+    )
+    .bind(id.as_str())
+    .bind(line.product_id.as_str())
+    .bind(line.quantity)
+    .bind(now)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(reserved == 1)
 }
 
 /// Takes `line.quantity` units if that many are available. True when taken.

@@ -402,14 +402,14 @@ async fn twenty_concurrent_repeats_of_one_reservation_reserve_once() {
     server.stop().await;
 }
 
-/// Active `ReserveStock` stock updates in this database, and how many of
-/// them wait on a lock.
+/// Active `ReserveStock` stock updates in this database (alone, or in the
+/// one-statement reservation), and how many of them wait on a lock.
 async fn reserve_queries(monitor: &mut PgConnection) -> (i64, i64) {
     sqlx::query_as(
         "SELECT count(*), count(*) FILTER (WHERE wait_event_type = 'Lock') \
          FROM pg_stat_activity \
          WHERE datname = current_database() AND pid <> pg_backend_pid() \
-         AND state = 'active' AND query LIKE 'UPDATE stock SET available = available -%'",
+         AND state = 'active' AND query LIKE '%UPDATE stock SET available = available -%'",
     )
     .fetch_one(monitor)
     .await

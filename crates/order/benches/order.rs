@@ -98,6 +98,8 @@ struct Run {
     commits_per_order: f64,
     order_db_commits_per_order: f64,
     profile: String,
+    /// Statements per order, from `pg_stat_statements` when it is loaded.
+    statements: Option<String>,
 }
 
 async fn placement() {
@@ -149,14 +151,74 @@ async fn placement() {
             keyed.commits_per_order,
             keyed.order_db_commits_per_order,
         );
-        profiles.push((c, "unkeyed", unkeyed.profile));
-        profiles.push((c, "keyed", keyed.profile));
+        profiles.push((c, "unkeyed", unkeyed.profile, unkeyed.statements));
+        profiles.push((c, "keyed", keyed.profile, keyed.statements));
     }
     println!("\nRows written per order, order database (pg_stat_user_tables: ins/upd/del):\n");
-    for (c, kind, profile) in profiles {
+    for (c, kind, profile, _) in &profiles {
         println!("- {c} clients, {kind}: {profile}");
     }
+    for (c, kind, _, statements) in &profiles {
+        match statements {
+            Some(table) => println!(
+                "\nStatements per order, {c} clients, {kind} (pg_stat_statements, both databases):\n\n{table}"
+            ),
+            None => {
+                println!(
+                    "\n(pg_stat_statements is not loaded: no statement profile; \
+                     `shared_preload_libraries = 'pg_stat_statements'` adds one)"
+                );
+                break;
+            }
+        }
+    }
     println!();
+}
+
+/// Whether `pg_stat_statements` can be read (loaded by the server, and the
+/// extension created in the admin database).
+async fn statement_stats(admin: &shopeasy_runtime::db::Database) -> bool {
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .execute(admin.pool())
+        .await
+        .is_ok()
+        && sqlx::query("SELECT pg_stat_statements_reset()")
+            .execute(admin.pool())
+            .await
+            .is_ok()
+}
+
+/// The statements run in the databases `names` since the last reset, per
+/// order placed: calls and mean execution time, most called first.
+async fn statements_per_order(
+    admin: &shopeasy_runtime::db::Database,
+    names: &[&str],
+    placed: f64,
+) -> String {
+    let list = names
+        .iter()
+        .map(|n| format!("'{n}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let rows: Vec<(String, i64, f64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT CASE WHEN d.datname = '{}' THEN 'inventory' ELSE 'order' END, \
+                s.calls, s.mean_exec_time, left(regexp_replace(s.query, '\\s+', ' ', 'g'), 90) \
+         FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid \
+         WHERE d.datname IN ({list}) ORDER BY s.calls DESC LIMIT 14",
+        names[0]
+    )))
+    .fetch_all(admin.pool())
+    .await
+    .unwrap_or_default();
+    let mut table = String::from("| db | per order | mean ms | statement |\n|---|---|---|---|\n");
+    for (db, calls, mean, query) in rows {
+        table.push_str(&format!(
+            "| {db} | {:.2} | {mean:.3} | `{}` |\n",
+            calls as f64 / placed,
+            query.replace('|', "\\|")
+        ));
+    }
+    table
 }
 
 fn failed(n: u64) -> String {
@@ -237,6 +299,8 @@ async fn bare_inventory(
     settings.process.ephemeral();
     settings.process.admission.enabled = false;
     settings.storage.database_url = shopeasy_runtime::settings::SecretUrl::new(db_url);
+    settings.storage.database.max_connections =
+        u32::try_from(env("BENCH_INVENTORY_POOL", 10)).unwrap();
     let bound = shopeasy_runtime::lifecycle::Bound::<shopeasy_inventory::App>::build(settings)
         .await
         .unwrap();
@@ -279,7 +343,7 @@ async fn run_orders(
     settings.resilience.stock_cache.ttl_seconds = Seconds::new(2.0);
     settings.resilience.inventory.max_concurrency = 1000;
     settings.resilience.product.max_concurrency = 1000;
-    settings.storage.database.max_connections = 20;
+    settings.storage.database.max_connections = u32::try_from(env("BENCH_ORDER_POOL", 20)).unwrap();
     settings.storage.database.acquire_timeout_seconds = Seconds::new(10.0);
     settings.outbox.poll_interval_seconds = Seconds::new(1.0);
     settings.process.admission.enabled = false;
@@ -290,6 +354,7 @@ async fn run_orders(
     let names = [inventory_db.name(), order_db.name()];
     let before_all = commits(admin, &names).await;
     let before_order = commits(admin, &names[1..]).await;
+    let statements = statement_stats(admin).await;
     let app = TestApp::spawn(settings).await;
 
     let end = Instant::now() + Duration::from_secs(seconds);
@@ -339,6 +404,11 @@ async fn run_orders(
     let after_order = commits(admin, &names[1..]).await;
     let tuples_after = tuples(order_db.url()).await;
     let placed = all.len().max(1) as f64;
+    let statements = if statements {
+        Some(statements_per_order(admin, &names, placed).await)
+    } else {
+        None
+    };
     let profile = tuples_after
         .iter()
         .map(|(table, rows)| {
@@ -356,6 +426,7 @@ async fn run_orders(
         commits_per_order: (after_all - before_all) as f64 / placed,
         order_db_commits_per_order: (after_order - before_order) as f64 / placed,
         profile,
+        statements,
     }
 }
 

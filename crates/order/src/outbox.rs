@@ -67,19 +67,31 @@ pub async fn run(orders: Orders, config: WorkerConfig, shutdown: CancellationTok
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        // Each poll runs as its own task so that a panic in one (a bug, or a
-        // dependency panicking on a malformed answer) costs that batch only:
-        // its rows are claimed again when their lease runs out, and the
-        // worker goes on.
-        let orders = orders.clone();
-        let poll = tokio::spawn(async move { poll_once(&orders, config).await });
-        if let Err(e) = poll.await
-            && e.is_panic()
-        {
-            metrics::counter!("shopeasy_outbox_panics_total").increment(1);
-            tracing::error!(
-                "an outbox poll panicked; its rows are retried when their lease runs out"
-            );
+        // A full batch means more rows may be due: claim the next at once,
+        // so a backlog (after an Inventory outage) drains as fast as
+        // Inventory answers, not one batch per poll interval. Rows that
+        // fail again are due only after their backoff, so this ends.
+        let full = usize::try_from(config.batch_size).unwrap_or(usize::MAX);
+        while poll_guarded(&orders, config).await >= full && !shutdown.is_cancelled() {}
+    }
+}
+
+/// [`poll_once`] as its own task, so that a panic in one (a bug, or a
+/// dependency panicking on a malformed answer) costs that batch only: its
+/// rows are claimed again when their lease runs out, and the worker goes
+/// on. Returns how many rows it ran (0 after a panic).
+async fn poll_guarded(orders: &Orders, config: WorkerConfig) -> usize {
+    let orders = orders.clone();
+    match tokio::spawn(async move { poll_once(&orders, config).await }).await {
+        Ok(ran) => ran,
+        Err(e) => {
+            if e.is_panic() {
+                metrics::counter!("shopeasy_outbox_panics_total").increment(1);
+                tracing::error!(
+                    "an outbox poll panicked; its rows are retried when their lease runs out"
+                );
+            }
+            0
         }
     }
 }

@@ -387,9 +387,12 @@ impl Default for StockCacheSettings {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct OutboxSettings {
-    /// How often the worker looks for due rows.
+    /// How often the worker looks for due rows, while its last look found
+    /// less than a full batch.
     pub poll_interval_seconds: Seconds,
-    /// Most rows one worker claims at a time.
+    /// Most rows one worker claims at a time. A full batch is followed by
+    /// the next claim at once, so a backlog drains as fast as Inventory
+    /// answers, not one batch per poll interval.
     pub batch_size: u32,
     /// How long a claimed row is reserved for its claimer (a crashed
     /// claimer's rows are taken over after this). Keep it above the longest

@@ -35,8 +35,11 @@
 //! *standing* queue: the service is overloaded, waiting only adds latency
 //! to what will be served and to what will be refused, so every wait —
 //! including those of the waiters already queued — is cut to
-//! `standing_queue_timeout` (M, a few milliseconds). Admitted requests then
-//! wait at most M, refusals come within M, and a queue that has stayed
+//! `standing_queue_timeout` (M, a few milliseconds), and the queue holds
+//! only as many waiters as slots are expected to free within M (limit × M
+//! ÷ service time): one more would only be refused at M, so it is refused
+//! on arrival. Admitted requests then wait at most M, most refusals cost
+//! no wait at all, and a queue that has stayed
 //! empty for M and for a service time is a good queue again (one emptied
 //! for a moment, by slots freed all at once — the limit raised after a
 //! measurement of the minimum RTT — and refilled at once, was not drained
@@ -447,7 +450,12 @@ impl Admission {
                 cfg.queue_timeout
             };
             let wait = longest.min(remaining - expected);
-            if st.waiters.len() >= cfg.queue_size || wait.is_zero() {
+            let room = if standing {
+                st.drainable(&cfg)
+            } else {
+                cfg.queue_size
+            };
+            if st.waiters.len() >= room || wait.is_zero() {
                 return Err(self
                     .shared
                     .refused(&mut st, refusal(Outcome::RefusedFull), arrived));
@@ -600,6 +608,21 @@ impl State {
     fn is_standing(&self, cfg: &AdmissionConfig, now: Instant) -> bool {
         self.busy_since(cfg, now)
             .is_some_and(|t| now.saturating_duration_since(t) >= cfg.queue_timeout)
+    }
+
+    /// How many waiters a standing queue holds: as many as the slots
+    /// expected to free within `standing_queue_timeout` (limit × target ÷
+    /// service time, at least one, at most `queue_size`). A waiter beyond
+    /// them would only leave at the target, refused late: it is refused on
+    /// arrival instead, so refusals under lasting overload cost no wait.
+    fn drainable(&self, cfg: &AdmissionConfig) -> usize {
+        let expected = self.limit.expected().as_secs_f64();
+        if expected <= 0.0 {
+            return cfg.queue_size;
+        }
+        let slots = self.limit.limit() as f64 * cfg.standing_queue_timeout.as_secs_f64() / expected;
+        // Saturating: a huge ratio is just "the whole queue".
+        (slots.ceil() as usize).clamp(1, cfg.queue_size.max(1))
     }
 
     /// A waiter joins the queue at `now`.

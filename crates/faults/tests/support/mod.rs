@@ -1,4 +1,5 @@
-//! Small real upstreams for the proxy tests, on 127.0.0.1:0.
+//! Small real upstreams for the proxy tests, on 127.0.0.1:0, and the
+//! fault API served there for the API tests.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
 use std::{
@@ -11,11 +12,53 @@ use std::{
     time::Duration,
 };
 
+use serde_json::Value;
+use shopeasy_faults::{Proxies, api};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
     time::{Instant, timeout},
 };
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+/// The fault API over `proxies`, served on 127.0.0.1:0; stopped when
+/// dropped.
+pub struct Api {
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+    pub http: reqwest::Client,
+    pub proxies: Proxies,
+    _stop: DropGuard,
+}
+
+/// Serves the fault API over `proxies`.
+pub async fn start_api(proxies: Proxies) -> Api {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    tokio::spawn(api::serve(listener, proxies.clone(), stop.clone()));
+    Api {
+        base,
+        http: reqwest::Client::new(),
+        proxies,
+        _stop: stop.drop_guard(),
+    }
+}
+
+impl Api {
+    /// Sends `request`: the status and the JSON body (`null` when empty).
+    pub async fn exchange(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        let value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap()
+        };
+        (status, value)
+    }
+}
 
 /// A test upstream and what it saw.
 #[derive(Debug, Clone)]

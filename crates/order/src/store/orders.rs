@@ -22,6 +22,9 @@ pub enum Created {
     /// The key already existed and decided (replay, in progress,
     /// mismatch, or taken over to resume its order): nothing was created.
     Existing(Claim),
+    /// The customer already has `max_open` pending orders: nothing was
+    /// created (an existing key was not looked at).
+    AtOpenLimit,
 }
 
 /// What [`Store::finish_reservation`] recorded.
@@ -78,7 +81,10 @@ impl Store {
     /// outbox row (leased to the caller, or due for the worker, as `first`
     /// says). The key goes first: a concurrent request with the same key
     /// waits on its primary key until this commits, then finds it held.
-    /// When the key exists, it decides and nothing is created.
+    /// When the key exists, it decides and nothing is created. The
+    /// customer's open-order limit is checked in the same commit: with
+    /// `max_open` pending orders already (counted, not locked: concurrent
+    /// first placements may overshoot it by a few), nothing is created.
     ///
     /// # Errors
     /// When the database fails.
@@ -88,15 +94,22 @@ impl Store {
         key: Option<&NewKey<'_>>,
         first: FirstTry,
         known: Option<&StoredResponse>,
+        max_open: u32,
     ) -> Result<Created, StoreError> {
         if self.db.backend() == Backend::Postgres {
             // The usual case on Postgres: one statement, one round trip.
-            if let Some(task) = create_in_one_statement(&self.db, order, key, first, known).await? {
-                return Ok(Created::Order(task));
+            match create_in_one_statement(&self.db, order, key, first, known, max_open).await? {
+                OneStatement::Created(task) => return Ok(Created::Order(task)),
+                OneStatement::AtOpenLimit => return Ok(Created::AtOpenLimit),
+                // The key exists: the transaction below finds and decides it.
+                OneStatement::KeyExists => {}
             }
-            // The key exists: the transaction below finds and decides it.
         }
         let mut tx = self.db.begin_write().await?;
+        if open_orders(&mut tx, &order.customer_id, max_open).await? >= max_open {
+            tx.rollback().await?;
+            return Ok(Created::AtOpenLimit);
+        }
         if let Some(key) = key {
             let mut inserted = keys::insert(&mut tx, key, order.id, known).await?;
             if !inserted {
@@ -266,24 +279,6 @@ impl Store {
             }
         }
         Ok(Page { orders, next })
-    }
-
-    /// How many `pending` orders `customer_id` has, counting at most `cap`
-    /// (all the open-order limit needs to know): one read of the partial
-    /// index `orders_pending_by_customer`, bounded whatever the backlog.
-    ///
-    /// # Errors
-    /// When the database fails.
-    pub async fn open_orders(&self, customer_id: &str, cap: u32) -> Result<u32, StoreError> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM orders \
-             WHERE customer_id = $1 AND status = 'pending' LIMIT $2) AS open_orders",
-        )
-        .bind(customer_id)
-        .bind(i64::from(cap))
-        .fetch_one(self.db.pool())
-        .await?;
-        Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
 
     /// Why a rejected order was rejected.
@@ -470,26 +465,64 @@ impl Store {
 /// waits on the key's unique index until this commits, as in the
 /// transaction. SQLite keeps the transaction: its round trips are function
 /// calls.
+/// How many `pending` orders `customer_id` has, counting at most `cap`
+/// (all the open-order limit needs to know): one read of the partial index
+/// `orders_pending_by_customer`, bounded whatever the backlog.
+async fn open_orders(
+    conn: &mut sqlx::AnyConnection,
+    customer_id: &str,
+    cap: u32,
+) -> Result<u32, StoreError> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM orders \
+         WHERE customer_id = $1 AND status = 'pending' LIMIT $2) AS open_orders",
+    )
+    .bind(customer_id)
+    .bind(i64::from(cap))
+    .fetch_one(conn)
+    .await?;
+    Ok(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+/// What [`create_in_one_statement`] did.
+enum OneStatement {
+    /// Created: the `reserve` task.
+    Created(Task),
+    /// The customer is at the open-order limit: nothing written.
+    AtOpenLimit,
+    /// The key exists: nothing written.
+    KeyExists,
+}
+
+/// Commit (a) on Postgres as one statement: the open-order count, the key
+/// (if any), the order, its lines and its outbox row, each written only if
+/// what it depends on was (a statement's sub-statements all see one
+/// snapshot, so the count is the same read the transaction would make).
 async fn create_in_one_statement(
     db: &Database,
     order: &Order,
     key: Option<&NewKey<'_>>,
     first: FirstTry,
     known: Option<&StoredResponse>,
-) -> Result<Option<Task>, StoreError> {
+    max_open: u32,
+) -> Result<OneStatement, StoreError> {
     let mut n = 0usize;
     let mut next = || {
         n += 1;
         format!("${n}")
     };
-    let mut sql = String::from("WITH ");
+    let (customer, cap) = (next(), next());
+    let mut sql = format!(
+        "WITH room AS (SELECT count(*) < {cap}::bigint AS ok FROM (SELECT 1 FROM orders \
+         WHERE customer_id = {customer}::text AND status = 'pending' LIMIT {cap}::bigint) AS open), "
+    );
     if key.is_some() {
         let p: Vec<String> = (0..11).map(|_| next()).collect();
         sql.push_str(&format!(
             "k AS (INSERT INTO idempotency_keys \
              (customer_id, idempotency_key, fingerprint, recovery_point, locked_until, \
               lock_token, order_id, response_status, response_headers, response_body, \
-              created_at) VALUES ({}) \
+              created_at) SELECT {} WHERE (SELECT ok FROM room) \
              ON CONFLICT (customer_id, idempotency_key) DO NOTHING RETURNING 1), ",
             p.join(", ")
         ));
@@ -497,7 +530,8 @@ async fn create_in_one_statement(
     let p: Vec<String> = (0..6).map(|_| next()).collect();
     sql.push_str(&format!(
         "o AS (INSERT INTO orders (id, customer_id, status, total_cents, created_at, updated_at) \
-         SELECT {}::text, {}::text, {}::text, {}::bigint, {}::bigint, {}::bigint{} RETURNING id), ",
+         SELECT {}::text, {}::text, {}::text, {}::bigint, {}::bigint, {}::bigint WHERE {} \
+         RETURNING id), ",
         p[0],
         p[1],
         p[2],
@@ -505,9 +539,9 @@ async fn create_in_one_statement(
         p[4],
         p[5],
         if key.is_some() {
-            " WHERE EXISTS (SELECT 1 FROM k)"
+            "EXISTS (SELECT 1 FROM k)"
         } else {
-            ""
+            "(SELECT ok FROM room)"
         }
     ));
     if !order.items.is_empty() {
@@ -537,11 +571,13 @@ async fn create_in_one_statement(
         "b AS (INSERT INTO outbox \
          (order_id, kind, token, attempts, next_attempt_at, locked_until, created_at) \
          SELECT o.id, {}::text, {}::text, 0, {}::bigint, {}::bigint, {}::bigint FROM o) \
-         SELECT count(*) FROM o",
+         SELECT (SELECT count(*) FROM o), (SELECT ok FROM room)",
         p[0], p[1], p[2], p[3], p[4]
     ));
     // Only numbered placeholders are formatted in: no value reaches the SQL.
-    let mut query = sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql));
+    let mut query = sqlx::query_as::<_, (i64, bool)>(AssertSqlSafe(sql))
+        .bind(order.customer_id.as_str().to_owned())
+        .bind(i64::from(max_open));
     if let Some(key) = key {
         let (point, lock_until, headers) = keys::insert_values(key, known)?;
         query = query
@@ -579,13 +615,17 @@ async fn create_in_one_statement(
         .bind(next_attempt_at)
         .bind(locked_until)
         .bind(order.created_at);
-    let created = query.fetch_one(db.pool()).await?;
-    Ok((created == 1).then_some(Task {
-        order_id: order.id,
-        action: Action::Reserve,
-        token,
-        attempts: 0,
-    }))
+    let (created, room) = query.fetch_one(db.pool()).await?;
+    Ok(match (created, room) {
+        (1, _) => OneStatement::Created(Task {
+            order_id: order.id,
+            action: Action::Reserve,
+            token,
+            attempts: 0,
+        }),
+        (_, false) => OneStatement::AtOpenLimit,
+        _ => OneStatement::KeyExists,
+    })
 }
 
 /// Commit (c) on Postgres as one statement, for the usual case: the order

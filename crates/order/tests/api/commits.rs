@@ -217,6 +217,7 @@ async fn the_final_write_is_fenced_by_the_holders_token() {
                 }),
                 FirstTry::Worker { at: now + 60_000 },
                 None,
+                u32::MAX,
             )
             .await
             .unwrap();

@@ -237,6 +237,48 @@ async fn inventory_down_cached_stock_gives_202_then_the_worker_confirms() {
 }
 
 #[tokio::test]
+async fn a_backlog_drains_batch_after_batch_without_waiting_a_poll_each() {
+    let Some(db) = shopeasy_testkit::postgres().await else {
+        return;
+    };
+    let shop = Shop::new(&[100]).await;
+    let mut settings = shop.settings(db.url());
+    // Two rows a batch, a poll every 4 s: twelve pending orders would take
+    // six polls (20 s and more) if each batch waited for the next poll.
+    settings.outbox.batch_size = 2;
+    settings.outbox.poll_interval_seconds = Seconds::new(4.0);
+    settings.orders.max_open_per_customer = 100;
+    let app = TestApp::spawn(settings).await;
+    let a = shop.products[0];
+    let body = order_body("c", &[(a, 1)]);
+    assert_eq!(app.post_order(None, &body).await.status(), 201);
+    shop.inventory.set_mode(Mode::Unavailable);
+    let mut ids = Vec::new();
+    for _ in 0..12 {
+        let res = app.post_order(None, &body).await;
+        assert_eq!(res.status(), 202);
+        let order: Value = res.json().await.unwrap();
+        ids.push(order["id"].as_str().unwrap().to_owned());
+    }
+    shop.inventory.set_mode(Mode::Healthy);
+    let healed = tokio::time::Instant::now();
+    let drained = crate::helpers::eventually(Duration::from_secs(9), || async {
+        app.orders.store().backlog().await.unwrap() == 0
+    })
+    .await;
+    assert!(drained, "not drained {:?} after healing", healed.elapsed());
+    // At most one poll interval (4 s) plus the breaker's 1 s and the rows'
+    // backoffs, not six intervals.
+    assert!(healed.elapsed() < Duration::from_secs(9));
+    for id in &ids {
+        app.wait_status(id, "confirmed", Duration::from_secs(1))
+            .await;
+    }
+    assert_eq!(shop.inventory.reserved(a), 13, "each order reserved once");
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn the_admin_listener_shows_health_metrics_and_resilience() {
     let db = shopeasy_testkit::sqlite();
     let shop = Shop::new(&[10]).await;
