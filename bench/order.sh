@@ -6,8 +6,11 @@
 #   next to `pgbench -N -M prepared` at the same client count in the same run
 #   (capped below the server's max_connections, and said so), the ratio, the
 #   commits per order counted by pg_stat_database.xact_commit over the order
-#   and inventory databases (and the order database's share), and the rows
-#   written per order and table (pg_stat_user_tables);
+#   and inventory databases (and the order database's share), the rows
+#   written per order and table (pg_stat_user_tables), the backends' states
+#   sampled every 5 ms (pg_stat_activity: idle, on the CPU, or waiting on
+#   the WAL, a lock or the client) and, when the server loads it, the
+#   statements per order (pg_stat_statements);
 # - stampede: 1,000 concurrent orders, one expired cache entry → GetStock calls;
 # - breaker_open_stale: POST latency while Inventory's breaker is open.
 #

@@ -9,7 +9,8 @@
 //!    `max_connections`); prints orders/s, p50/p99, the ratio to pgbench's
 //!    tps, the commits per order counted by `pg_stat_database.xact_commit`
 //!    over both databases, and a server-side profile (rows written per
-//!    order and table, from `pg_stat_user_tables`);
+//!    order and table, from `pg_stat_user_tables`; the backends' states,
+//!    sampled from `pg_stat_activity`);
 //! 2. **stampede**: 1,000 concurrent orders for one product whose stock
 //!    cache entry just expired, counting `GetStock` calls at Inventory;
 //! 3. **breaker open, stale entry**: latency of `POST /api/orders` while
@@ -100,6 +101,8 @@ struct Run {
     profile: String,
     /// Statements per order, from `pg_stat_statements` when it is loaded.
     statements: Option<String>,
+    /// Where the backends of both databases spent the run (sampled).
+    waits: String,
 }
 
 async fn placement() {
@@ -150,6 +153,10 @@ async fn placement() {
             100.0 * keyed.orders_per_s / tps,
             keyed.commits_per_order,
             keyed.order_db_commits_per_order,
+        );
+        println!(
+            "|   | backends, unkeyed: {} |   |   |   | backends, keyed: {} |   |   |",
+            unkeyed.waits, keyed.waits
         );
         profiles.push((c, "unkeyed", unkeyed.profile, unkeyed.statements));
         profiles.push((c, "keyed", keyed.profile, keyed.statements));
@@ -392,7 +399,10 @@ async fn run_orders(
         }
     });
     let started = Instant::now();
-    let results = futures::future::join_all(clients).await;
+    let (results, waits) = tokio::join!(
+        futures::future::join_all(clients),
+        wait_profile(admin, &names, end)
+    );
     let elapsed = started.elapsed();
     let mut all: Vec<Duration> = results.iter().flat_map(|(l, _)| l.clone()).collect();
     let failed: u64 = results.iter().map(|(_, e)| e).sum();
@@ -427,7 +437,60 @@ async fn run_orders(
         order_db_commits_per_order: (after_order - before_order) as f64 / placed,
         profile,
         statements,
+        waits,
     }
+}
+
+/// Where the database's side of an order's time goes: until `end`, samples
+/// `pg_stat_activity` every 5 ms for the backends of the databases `names`
+/// and returns how many backends were in each state on average — `idle` (the
+/// connection waits in the pool or for the client: time spent outside
+/// Postgres), `active`/`idle in transaction` on the CPU or waiting, by
+/// `wait_event` (`WALSync`/`WALWrite`: the commit's flush; `transactionid`
+/// /`tuple`: a row lock; `ClientRead` inside a transaction: the client's
+/// next statement is on its way). It is Postgres's view of one placement's
+/// round trips, beside the client's latency.
+async fn wait_profile(
+    admin: &shopeasy_runtime::db::Database,
+    names: &[&str],
+    end: Instant,
+) -> String {
+    let list = names
+        .iter()
+        .map(|n| format!("'{n}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!(
+        "SELECT CASE WHEN datname = '{}' THEN 'inventory ' ELSE 'order ' END || \
+                CASE WHEN state = 'idle' THEN 'idle' \
+                     WHEN wait_event IS NULL THEN state || ': on CPU' \
+                     ELSE state || ': ' || wait_event END, count(*) \
+         FROM pg_stat_activity WHERE datname IN ({list}) AND pid <> pg_backend_pid() GROUP BY 1",
+        names[0]
+    );
+    let mut counts: std::collections::BTreeMap<String, i64> = Default::default();
+    let mut ticks = tokio::time::interval(Duration::from_millis(5));
+    let mut samples = 0u32;
+    while Instant::now() < end {
+        ticks.tick().await;
+        samples += 1;
+        let rows: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .fetch_all(admin.pool())
+            .await
+            .unwrap_or_default();
+        for (what, n) in rows {
+            *counts.entry(what).or_default() += n;
+        }
+    }
+    let samples = f64::from(samples.max(1));
+    let mut shares: Vec<(String, i64)> = counts.into_iter().collect();
+    shares.sort_by_key(|s| std::cmp::Reverse(s.1));
+    shares
+        .iter()
+        .take(10)
+        .map(|(what, n)| format!("{what} {:.1}", *n as f64 / samples))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Rows inserted/updated/deleted so far per table of the order database.

@@ -41,7 +41,7 @@ impl ProductStore {
             id,
             draft,
         )
-        .execute(self.db.pool())
+        .execute(self.db.writer())
         .await?;
         Ok(product(id, draft))
     }
@@ -72,7 +72,7 @@ impl ProductStore {
             id,
             draft,
         )
-        .execute(self.db.pool())
+        .execute(self.db.writer())
         .await?;
         if done.rows_affected() == 0 {
             return Err(Error::NotFound);
@@ -87,7 +87,7 @@ impl ProductStore {
     pub async fn delete(&self, id: Uuid) -> Result<(), Error> {
         let done = sqlx::query("DELETE FROM products WHERE id = $1")
             .bind(id.to_string())
-            .execute(self.db.pool())
+            .execute(self.db.writer())
             .await?;
         if done.rows_affected() == 0 {
             return Err(Error::NotFound);

@@ -157,7 +157,7 @@ impl Store {
         .bind(hold.customer.as_str())
         .bind(hold.key.as_str())
         .bind(hold.token.as_str())
-        .execute(self.db.pool())
+        .execute(self.db.writer())
         .await?;
         Ok(())
     }
@@ -190,7 +190,7 @@ impl Store {
             sqlx::query("DELETE FROM idempotency_keys WHERE created_at < $1 AND locked_until < $2")
                 .bind(before)
                 .bind(now)
-                .execute(self.db.pool())
+                .execute(self.db.writer())
                 .await?;
         Ok(done.rows_affected())
     }

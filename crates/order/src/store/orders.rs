@@ -615,7 +615,7 @@ async fn create_in_one_statement(
         .bind(next_attempt_at)
         .bind(locked_until)
         .bind(order.created_at);
-    let (created, room) = query.fetch_one(db.pool()).await?;
+    let (created, room) = query.fetch_one(db.writer()).await?;
     Ok(match (created, room) {
         (1, _) => OneStatement::Created(Task {
             order_id: order.id,
@@ -694,7 +694,7 @@ async fn finish_in_one_statement(
             .bind(headers)
             .bind(response.body.clone());
     }
-    let (changed, finished) = query.fetch_one(db.pool()).await?;
+    let (changed, finished) = query.fetch_one(db.writer()).await?;
     match (changed, finished, key.is_some()) {
         (0, _, _) => Ok(None),
         (1, 1, true) | (1, 0, false) => Ok(Some(Recorded {

@@ -119,7 +119,7 @@ impl Store {
         .bind(task.action.as_str())
         .bind(task.token.as_str())
         .bind(next_attempt_at)
-        .execute(self.db.pool())
+        .execute(self.db.writer())
         .await?;
         Ok(())
     }
@@ -164,7 +164,7 @@ impl Store {
             .bind(task.order_id.to_string())
             .bind(task.action.as_str())
             .bind(task.token.as_str())
-            .execute(self.db.pool())
+            .execute(self.db.writer())
             .await?;
         Ok(())
     }
