@@ -202,11 +202,7 @@ async fn statements_per_order(
     names: &[&str],
     placed: f64,
 ) -> String {
-    let list = names
-        .iter()
-        .map(|n| format!("'{n}'"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let list = sql_names(names);
     let rows: Vec<(String, i64, f64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT CASE WHEN d.datname = '{}' THEN 'inventory' ELSE 'order' END, \
                 s.calls, s.mean_exec_time, left(regexp_replace(s.query, '\\s+', ' ', 'g'), 90) \
@@ -265,11 +261,20 @@ async fn pgbench_tps(url: &str, clients: u64, seconds: u64) -> f64 {
         .unwrap_or_else(|| panic!("no tps in pgbench's output: {out}"))
 }
 
+/// `names` as a SQL list of string literals (`'a', 'b'`): the bench's own
+/// database names, never input.
+fn sql_names(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("'{n}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `xact_commit` of the databases `names`, once no backend is connected to
 /// them (a backend's counts reach the statistics when it exits).
 async fn commits(admin: &shopeasy_runtime::db::Database, names: &[&str]) -> i64 {
-    let names: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
-    let list = names.join(", ");
+    let list = sql_names(names);
     let deadline = Instant::now() + Duration::from_secs(15);
     while Instant::now() < deadline {
         let connected: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
@@ -455,11 +460,7 @@ async fn wait_profile(
     names: &[&str],
     end: Instant,
 ) -> String {
-    let list = names
-        .iter()
-        .map(|n| format!("'{n}'"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let list = sql_names(names);
     let sql = format!(
         "SELECT CASE WHEN datname = '{}' THEN 'inventory ' ELSE 'order ' END || \
                 CASE WHEN state = 'idle' THEN 'idle' \
