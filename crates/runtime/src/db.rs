@@ -94,15 +94,15 @@ impl Database {
                 .test_before_acquire(backend == Backend::Postgres)
                 .after_connect(move |conn, _meta| {
                     Box::pin(async move {
-                        match conn.backend_name() {
-                            "PostgreSQL" => {
+                        match backend {
+                            Backend::Postgres => {
                                 let ms = statement_timeout.as_millis();
                                 conn.execute(sqlx::AssertSqlSafe(format!(
                                     "SET statement_timeout = {ms}; SET lock_timeout = {ms}"
                                 )))
                                 .await?;
                             }
-                            _ => {
+                            Backend::Sqlite => {
                                 conn.execute(
                                     "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; \
                                      PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON",
@@ -208,7 +208,7 @@ impl Database {
     pub async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
         match self.backend {
             Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await,
-            Backend::Postgres => self.pool.begin().await,
+            Backend::Postgres => self.writer.begin().await,
         }
     }
 
