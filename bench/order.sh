@@ -8,7 +8,7 @@
 #   commits per order counted by pg_stat_database.xact_commit over the order
 #   and inventory databases (and the order database's share), the rows
 #   written per order and table (pg_stat_user_tables), the backends' states
-#   sampled every 5 ms (pg_stat_activity: idle, on the CPU, or waiting on
+#   sampled every 20 ms, BENCH_SAMPLE_MS (pg_stat_activity: idle, on the CPU, or waiting on
 #   the WAL, a lock or the client) and, when the server loads it, the
 #   statements per order (pg_stat_statements);
 # - stampede: 1,000 concurrent orders, one expired cache entry → GetStock calls;

@@ -344,10 +344,12 @@ impl Shared {
         let (response, pooled) = self
             .send_with_retries(lane, &mut outbound, replay, &exchange, deadline)
             .await?;
-        // As the admission layer does: served once headers are in; a failed
-        // or cancelled exchange drops its permit and teaches nothing.
+        // As the admission layer does: served once headers are in, unless
+        // the answer is a refusal further on (a 503 or 429 is no service
+        // time); a failed or cancelled exchange drops its permit and
+        // teaches nothing.
         if let Some(permit) = admitted.permit.take() {
-            permit.complete();
+            permit.answered(response.status());
         }
         let mut response = relay(
             response,

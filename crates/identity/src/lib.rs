@@ -12,7 +12,9 @@
 //! - [`verifier`]: [`Verifier`] checks the algorithm, finds the key,
 //!   verifies the signature, then `exp`/`nbf` (with a leeway), `iss`, `aud`
 //!   and `sub`, and returns typed [`Claims`]; [`Authenticated`] is the same
-//!   as an axum extractor.
+//!   as an axum extractor. A token that passed every check is kept until
+//!   it expires or the keys change (`verified`), so a customer's next
+//!   request costs a look-up, not a signature check.
 //! - [`jwks`]: [`JwksCache`], the issuer's keys fetched as a resilient
 //!   call — deadline, budgeted jittered retries, stale keys while the
 //!   provider is down, single-flight refresh on an unknown `kid`, a minimum
@@ -47,6 +49,7 @@ pub mod jwks;
 pub mod keys;
 pub mod server;
 pub mod settings;
+mod verified;
 pub mod verifier;
 
 pub use demo::{DemoIssuer, DemoIssuerConfig, DemoKey, IssuedToken};

@@ -1,7 +1,14 @@
 //! Verifying a bearer token: the header, the key, the signature, then the
 //! claims — in that order, each failure a distinct [`AuthError`].
 
-use std::{fmt, str::FromStr, sync::Arc};
+use std::{
+    fmt,
+    str::FromStr,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+};
 
 use axum::{
     extract::{FromRef, FromRequestParts},
@@ -16,6 +23,7 @@ use crate::{
     jwks::{FetchError, JwksCache, JwksConfig},
     keys::KeySet,
     settings::AuthSettings,
+    verified::VerifiedTokens,
 };
 
 /// Longest token accepted, in bytes: real access tokens are well under
@@ -152,6 +160,11 @@ struct Inner {
     issuer: String,
     audience: String,
     leeway: u64,
+    /// Tokens that passed every check, until they expire or the keys
+    /// change (the verified-token cache).
+    verified: VerifiedTokens,
+    /// Full verifications run (signature checks attempted).
+    signature_checks: AtomicU64,
 }
 
 enum Keys {
@@ -206,8 +219,22 @@ impl Verifier {
                 issuer: settings.issuer.clone(),
                 audience: settings.audience.clone(),
                 leeway: settings.leeway_seconds,
+                verified: VerifiedTokens::default(),
+                signature_checks: AtomicU64::new(0),
             }),
         })
+    }
+
+    /// How many tokens were verified in full (header, key, signature,
+    /// claims) so far; a token answered from the verified-token cache is
+    /// not counted. For `/admin` and tests.
+    pub fn signature_checks(&self) -> u64 {
+        self.inner.signature_checks.load(Ordering::Relaxed)
+    }
+
+    /// How many verified tokens are kept (the verified-token cache).
+    pub fn cached_tokens(&self) -> usize {
+        self.inner.verified.len()
     }
 
     /// The JWKS cache, when keys come from a JWKS (for `/admin` and tests).
@@ -253,9 +280,60 @@ impl Verifier {
     /// refresh on an unknown `kid`), the signature, then `exp`/`nbf` (with
     /// the leeway), `iss`, `aud` and `sub`.
     ///
+    /// A token that passed every check before, with the keys still in
+    /// force, is answered from the verified-token cache after its `exp` is
+    /// checked against the clock again.
+    ///
     /// # Errors
     /// The [`AuthError`] naming the first check that failed.
     pub async fn verify(&self, token: &str) -> Result<Claims, AuthError> {
+        let now = jsonwebtoken::get_current_timestamp();
+        let leeway = self.inner.leeway;
+        if let Some(claims) = self
+            .inner
+            .verified
+            .get(token, self.key_generation(), now, leeway)
+        {
+            return Ok(claims);
+        }
+        let (claims, keys) = self.verify_in_full(token).await?;
+        if let Some(generation) = self.generation_of(&keys) {
+            self.inner
+                .verified
+                .insert(token, &claims, generation, now, leeway);
+        }
+        Ok(claims)
+    }
+
+    /// The generation of the keys in force (a fixed key: always 0), after
+    /// starting a background refresh when they are due one.
+    fn key_generation(&self) -> u64 {
+        match &self.inner.keys {
+            Keys::Fixed(_) => 0,
+            Keys::Jwks(cache) => {
+                cache.refresh_if_stale();
+                cache.snapshot().generation
+            }
+        }
+    }
+
+    /// The generation of `keys` if they are still the keys in force
+    /// (`None`: a refresh replaced them meanwhile, so a verdict reached
+    /// with them is not kept).
+    fn generation_of(&self, keys: &Arc<KeySet>) -> Option<u64> {
+        match &self.inner.keys {
+            Keys::Fixed(_) => Some(0),
+            Keys::Jwks(cache) => {
+                let snap = cache.snapshot();
+                Arc::ptr_eq(&snap.keys, keys).then_some(snap.generation)
+            }
+        }
+    }
+
+    /// [`Self::verify`] without the cache: every check, in order.
+    /// Returns the claims with the key set that verified them.
+    async fn verify_in_full(&self, token: &str) -> Result<(Claims, Arc<KeySet>), AuthError> {
+        self.inner.signature_checks.fetch_add(1, Ordering::Relaxed);
         let header = TokenHeader::parse(token)?;
         let keys = self.keys_for(&header).await?;
         // A configured PEM key has no `kid`: it is checked whatever `kid`
@@ -268,7 +346,7 @@ impl Verifier {
         let mut last = AuthError::BadSignature;
         for key in keys.candidates(kid, header.alg) {
             match jsonwebtoken::decode::<RawClaims>(token, key.decoding_key(), &validation) {
-                Ok(data) => return data.claims.into_claims(),
+                Ok(data) => return Ok((data.claims.into_claims()?, keys.clone())),
                 Err(e) => {
                     last = map_error(e.kind());
                     if last != AuthError::BadSignature {

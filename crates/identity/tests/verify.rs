@@ -333,3 +333,73 @@ async fn es256_and_rs256_tokens_verify_from_a_jwks_and_from_a_pem() {
         v.verify(token).await.expect(pem);
     }
 }
+
+#[tokio::test]
+async fn a_verified_token_is_checked_once_until_its_keys_are_withdrawn() {
+    let (v, provider) = verifier().await;
+    let token = key(1).sign(&claims("alice")).expect("sign");
+    for _ in 0..10 {
+        assert_eq!(
+            v.verify(&token).await.expect("valid").customer_id(),
+            "alice"
+        );
+    }
+    assert_eq!(v.signature_checks(), 1, "the same bytes are verified once");
+    assert_eq!(v.cached_tokens(), 1);
+
+    // Another signature over the same claims is other bytes: checked in
+    // full, refused, and not kept.
+    let mut forged = token.clone();
+    let last = forged.pop().expect("a character");
+    forged.push(if last == 'A' { 'B' } else { 'A' });
+    assert!(v.verify(&forged).await.is_err());
+    assert!(v.verify(&forged).await.is_err());
+    assert_eq!(
+        v.signature_checks(),
+        3,
+        "a refused token is checked each time"
+    );
+    assert_eq!(v.cached_tokens(), 1);
+
+    // The issuer withdraws key 1: after the next refresh the cached verdict
+    // no longer answers, and the token no longer verifies.
+    provider.set_keys(&[&key(2)]);
+    v.jwks()
+        .expect("a JWKS")
+        .refresh()
+        .await
+        .expect("refreshed");
+    assert_eq!(v.verify(&token).await.err(), Some(AuthError::UnknownKey));
+    assert_eq!(v.signature_checks(), 4);
+}
+
+#[tokio::test]
+async fn a_cached_token_expires_on_time() {
+    let (v, _provider) = {
+        let k = key(1);
+        let (provider, addr) = Provider::start(&[&k]).await;
+        let mut s = settings(format!("http://{addr}/jwks.json"));
+        s.leeway_seconds = 0;
+        (Verifier::from_settings(&s).expect("verifier"), provider)
+    };
+    let exp = now() + 1;
+    let token = key(1)
+        .sign(&with(claims("alice"), |c| c["exp"] = exp.into()))
+        .expect("sign");
+    v.verify(&token).await.expect("valid now");
+    assert_eq!(v.cached_tokens(), 1);
+    // Past `exp` (at most ~2 s from now): the cached verdict is not
+    // served; the token is expired.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    let verdict = loop {
+        match v.verify(&token).await {
+            Ok(_) if tokio::time::Instant::now() < deadline => {
+                assert!(now() <= exp, "served from the cache after its exp");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            other => break other,
+        }
+    };
+    assert_eq!(verdict.err(), Some(AuthError::Expired));
+    assert!(now() > exp);
+}

@@ -749,6 +749,24 @@ impl fmt::Debug for Permit {
 }
 
 impl Permit {
+    /// The request was answered with `status`: a service time
+    /// ([`Permit::complete`]) unless the answer is a refusal — 429, or 503
+    /// from here or from a service further on (its admission control, a
+    /// dependency it could not reach). A refusal is quick because nothing
+    /// was done: counted as a service time, a stream of them would read as
+    /// a fast service and raise the limit, letting in more of what is
+    /// being refused. It frees the slot and teaches nothing, as an
+    /// abandoned request does.
+    pub fn answered(self, status: http::StatusCode) {
+        if status == http::StatusCode::SERVICE_UNAVAILABLE
+            || status == http::StatusCode::TOO_MANY_REQUESTS
+        {
+            drop(self);
+        } else {
+            self.complete();
+        }
+    }
+
     /// The request has been served: frees the slot and records its service
     /// time (from admission, queue wait excluded).
     pub fn complete(mut self) {

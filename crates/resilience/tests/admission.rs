@@ -419,9 +419,10 @@ async fn the_snapshot_shows_the_minimum_rtt_being_measured_and_the_limit_held_me
         (s.phase, s.limit, s.min_rtt_ms),
         (Phase::Tracking, 20, None)
     );
-    // One full round under load: the limit binds, so the minimum RTT is
-    // measured, the limit held at its floor meanwhile.
-    load(&a, 1, Duration::from_millis(5)).await;
+    // A window's worth under load (4 rounds of 20: a window has at least
+    // 64 samples): the limit binds, so the minimum RTT is measured, the
+    // limit held at its floor meanwhile.
+    load(&a, 4, Duration::from_millis(5)).await;
     let s = a.snapshot();
     assert_eq!((s.phase, s.limit), (Phase::Measuring, 2), "{s:?}");
     assert_eq!(s.next_min_rtt_measurement_ms, None);
@@ -439,7 +440,56 @@ async fn the_snapshot_shows_the_minimum_rtt_being_measured_and_the_limit_held_me
     assert!((5000..=6250).contains(&next), "jittered interval: {next}");
     assert_eq!(
         s.requests.admitted,
-        20 + 26,
-        "20, then 13 rounds of 2 until 25 were measured"
+        80 + 26,
+        "4 rounds of 20, then 13 rounds of 2 until 25 were measured"
     );
+}
+
+/// Runs `rounds` rounds of `limit()` requests in flight at once, each
+/// answered with `status` after 1 ms; returns the snapshot afterwards.
+async fn answered_with(a: &Admission, rounds: usize, status: http::StatusCode) -> usize {
+    for _ in 0..rounds {
+        let n = a.snapshot().limit;
+        let mut permits = Vec::new();
+        for _ in 0..n {
+            permits.push(a.acquire(None).await.expect("under the limit"));
+        }
+        advance(Duration::from_millis(1)).await;
+        for p in permits {
+            p.answered(status);
+        }
+    }
+    a.snapshot().limit
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_further_on_is_no_service_time() {
+    let config = AdmissionConfig {
+        limit: LimitConfig {
+            initial: 20,
+            min: 2,
+            max: 1000,
+            ..LimitConfig::default()
+        },
+        ..AdmissionConfig::default()
+    };
+    // Fast answers that are refusals (503 from a service further on, 429)
+    // teach the limit nothing: no minimum RTT, the limit where it was.
+    for status in [
+        http::StatusCode::SERVICE_UNAVAILABLE,
+        http::StatusCode::TOO_MANY_REQUESTS,
+    ] {
+        let a = Admission::new("t", config);
+        assert_eq!(answered_with(&a, 50, status).await, 20, "{status}");
+        let s = a.snapshot();
+        assert_eq!(s.min_rtt_ms, None, "{status}: {s:?}");
+        assert_eq!((s.in_flight, s.requests.admitted), (0, 1000));
+    }
+    // The same answers as successes are service times: measured, and the
+    // limit moves (it would keep growing on fast refusals).
+    let a = Admission::new("t", config);
+    let limit = answered_with(&a, 50, http::StatusCode::OK).await;
+    let s = a.snapshot();
+    assert_eq!(s.min_rtt_ms, Some(1.0), "{s:?}");
+    assert!(limit > 20, "fast successes raise the limit: {limit}");
 }

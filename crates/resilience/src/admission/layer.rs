@@ -143,7 +143,10 @@ where
             match admission.acquire(deadline).await {
                 Ok(permit) => {
                     let response = inner.oneshot(req).await;
-                    permit.complete();
+                    match &response {
+                        Ok(r) => permit.answered(r.status()),
+                        Err(_) => permit.complete(),
+                    }
                     response
                 }
                 Err(refused) => Ok(refusal.respond(&refused)),

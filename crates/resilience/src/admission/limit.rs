@@ -76,7 +76,7 @@ const PERCENTILE: f64 = 0.9;
 /// How many requests admitted during a measurement make the minimum RTT.
 pub const MEASUREMENT_SAMPLES: usize = 25;
 /// A window has about one limit's worth of samples, within these bounds.
-const MIN_WINDOW: usize = 16;
+const MIN_WINDOW: usize = 64;
 const MAX_WINDOW: usize = 256;
 /// The extra delay of each measurement, up to this share of the interval.
 const JITTER: f64 = 0.25;
@@ -470,9 +470,9 @@ mod tests {
         let mut l = GradientLimit::new(CFG);
         let t0 = Instant::now();
         let old = l.ticket();
-        // A window (one limit's worth of samples) under load, not
-        // application-limited, starts the first measurement.
-        for i in 0..CFG.initial {
+        // A window (one limit's worth of samples, at least `MIN_WINDOW`)
+        // under load, not application-limited, starts the first measurement.
+        for i in 0..MIN_WINDOW {
             l.on_sample(10 * MS, 20, old, t0 + i as u32 * MS);
         }
         assert_eq!(l.phase(), Phase::Measuring);

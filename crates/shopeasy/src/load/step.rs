@@ -81,6 +81,11 @@ pub struct StepResult {
     pub shed_p50: Duration,
     /// See `shed_p50`.
     pub shed_p99: Duration,
+    /// p99 of how late the generator itself sent a request after its
+    /// intended start (its own timer and scheduling). Every latency above
+    /// includes it: a step whose send lag is a good part of a latency gate
+    /// measured the generator as much as the target.
+    pub send_lag_p99: Duration,
     /// Open descriptors of the target process at the step's end.
     pub open_fds: Option<u64>,
     /// Resident set of the target process at the step's end, in KiB.
@@ -95,12 +100,14 @@ impl StepResult {
         good / self.seconds.max(1e-9)
     }
 
-    /// Builds the result from every `(status, latency)` of the step.
+    /// Builds the result from every `(status, latency)` of the step and
+    /// every request's send lag (see [`StepResult::send_lag_p99`]).
     pub fn from_answers(
         offered: f64,
         seconds: f64,
         not_sent: u64,
         answers: &[(Option<u16>, Duration)],
+        send_lags: &mut [Duration],
         deadline: Duration,
     ) -> Self {
         let mut r = Self {
@@ -132,6 +139,8 @@ impl StepResult {
         r.admitted_p99 = quantile(&admitted, 0.99);
         r.shed_p50 = quantile(&shed, 0.5);
         r.shed_p99 = quantile(&shed, 0.99);
+        send_lags.sort_unstable();
+        r.send_lag_p99 = quantile(send_lags, 0.99);
         r
     }
 }
@@ -178,6 +187,9 @@ pub async fn offer(
     let answers = Arc::new(Mutex::new(Vec::with_capacity(
         usize::try_from(total).unwrap_or(0),
     )));
+    let lags = Arc::new(Mutex::new(Vec::with_capacity(
+        usize::try_from(total).unwrap_or(0),
+    )));
     let permits = Arc::new(Semaphore::new(max_outstanding.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
     let mut not_sent = 0;
@@ -192,7 +204,11 @@ pub async fn offer(
         };
         let request = request(client, target, i);
         let sink = answers.clone();
+        let lag_sink = lags.clone();
         tasks.spawn(async move {
+            // How late the generator is: its timer's wake-up and this task's
+            // first poll, before anything is sent.
+            let lag = intended.elapsed();
             // The deadline runs from the intended start, as the latency does.
             let status = tokio::time::timeout_at(intended + deadline, async {
                 let res = request.send().await.ok()?;
@@ -204,13 +220,15 @@ pub async fn offer(
             .unwrap_or_default();
             drop(permit);
             sink.lock().await.push((status, intended.elapsed()));
+            lag_sink.lock().await.push(lag);
         });
         while tasks.try_join_next().is_some() {}
     }
     let seconds = start.elapsed().as_secs_f64();
     while tasks.join_next().await.is_some() {}
     let answers = answers.lock().await;
-    StepResult::from_answers(rate, seconds, not_sent, &answers, deadline)
+    let mut lags = lags.lock().await;
+    StepResult::from_answers(rate, seconds, not_sent, &answers, &mut lags, deadline)
 }
 
 fn request(client: &reqwest::Client, target: &Target, i: u64) -> reqwest::RequestBuilder {
@@ -267,12 +285,14 @@ mod tests {
             .chain((1..=10).map(|i| (Some(503), MS * i / 10)))
             .chain([(None, Duration::from_secs(2)), (Some(500), MS)])
             .collect();
-        let r = StepResult::from_answers(60.0, 2.0, 3, &answers, Duration::from_secs(2));
+        let mut lags: Vec<_> = (0..100).rev().map(|i| MS * i / 100).collect();
+        let r = StepResult::from_answers(60.0, 2.0, 3, &answers, &mut lags, Duration::from_secs(2));
         assert_eq!((r.sent, r.not_sent), (112, 3));
         assert_eq!((r.good, r.shed, r.no_answer, r.other), (100, 10, 1, 1));
         assert_eq!(r.admitted_p50, MS * 50);
         assert_eq!(r.admitted_p99, MS * 99);
         assert_eq!(r.shed_p99, MS);
+        assert_eq!(r.send_lag_p99, MS * 98 / 100);
         assert!((r.goodput() - 50.0).abs() < 1e-9);
         assert_eq!(quantile(&[], 0.99), Duration::ZERO);
     }

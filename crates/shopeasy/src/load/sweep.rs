@@ -338,7 +338,7 @@ fn pause(seconds: f64, max: f64) -> Duration {
 }
 
 /// The CSV's header.
-pub const CSV_HEADER: &str = "multiplier,offered_rps,seconds,sent,not_sent,goodput_rps,good,shed,no_answer,other,admitted_p50_ms,admitted_p99_ms,shed_p50_ms,shed_p99_ms,open_fds,rss_kib";
+pub const CSV_HEADER: &str = "multiplier,offered_rps,seconds,sent,not_sent,goodput_rps,good,shed,no_answer,other,admitted_p50_ms,admitted_p99_ms,shed_p50_ms,shed_p99_ms,send_lag_p99_ms,open_fds,rss_kib";
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -354,7 +354,7 @@ pub fn to_csv(steps: &[StepResult]) -> String {
     for r in steps {
         let _ = writeln!(
             out,
-            "{},{:.1},{:.2},{},{},{:.1},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{},{}",
+            "{},{:.1},{:.2},{},{},{:.1},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{},{}",
             r.multiplier,
             r.offered,
             r.seconds,
@@ -369,6 +369,7 @@ pub fn to_csv(steps: &[StepResult]) -> String {
             ms(r.admitted_p99),
             ms(r.shed_p50),
             ms(r.shed_p99),
+            ms(r.send_lag_p99),
             opt(r.open_fds),
             opt(r.rss_kib),
         );
@@ -379,7 +380,7 @@ pub fn to_csv(steps: &[StepResult]) -> String {
 /// One step as a line of the table.
 pub fn row(r: &StepResult) -> String {
     format!(
-        "{:>4}× offered {:>7.0}/s  goodput {:>7.0}/s  shed {:>6}  no answer {:>5}  not sent {:>5}  other {:>4}  admitted p50/p99 {:>7.1}/{:>7.1} ms  shed p50/p99 {:>6.1}/{:>6.1} ms  fds {:>5}  rss {:>6} KiB",
+        "{:>4}× offered {:>7.0}/s  goodput {:>7.0}/s  shed {:>6}  no answer {:>5}  not sent {:>5}  other {:>4}  admitted p50/p99 {:>7.1}/{:>7.1} ms  shed p50/p99 {:>6.1}/{:>6.1} ms  send lag p99 {:>5.1} ms  fds {:>5}  rss {:>6} KiB",
         r.multiplier,
         r.offered,
         r.goodput(),
@@ -391,6 +392,7 @@ pub fn row(r: &StepResult) -> String {
         ms(r.admitted_p99),
         ms(r.shed_p50),
         ms(r.shed_p99),
+        ms(r.send_lag_p99),
         opt(r.open_fds),
         opt(r.rss_kib),
     )
