@@ -102,11 +102,7 @@ async fn the_console_breaks_and_heals_inventory_by_clicking() {
 
     // Enter the admin token; buy once while healthy (the stock cache then
     // knows the product): confirmed.
-    browser.fill("#token", &system.admin_token, WAIT).await;
-    browser.click("#token-save", WAIT).await;
-    browser
-        .wait_for_text("#token-state", "token set", WAIT)
-        .await;
+    browser.use_admin_token(&system.admin_token, WAIT).await;
     buy(&browser).await;
     browser
         .wait_for("#order-list li[data-status='confirmed']", WAIT)

@@ -47,15 +47,6 @@ fn breaker_settings() -> Vec<(String, String)> {
     .collect()
 }
 
-/// Types the admin token into the page and waits until it is taken.
-async fn enter_token(browser: &Browser, token: &str) {
-    browser.fill("#token", token, WAIT).await;
-    browser.click("#token-save", WAIT).await;
-    browser
-        .wait_for_text("#token-state", "token set", WAIT)
-        .await;
-}
-
 /// Every toxic on every edge, as the fault API lists them.
 async fn toxics_on_the_fault_api(system: &System) -> BTreeMap<String, Vec<String>> {
     let proxies: BTreeMap<String, Value> =
@@ -142,7 +133,7 @@ async fn the_scenarios_panel_runs_breaker_and_shows_its_table() {
     assert_eq!(res.status(), 404, "nothing ran without the token");
 
     // With it: running on the page, then passed with the lesson's table.
-    enter_token(&browser, &system.admin_token).await;
+    browser.use_admin_token(&system.admin_token, WAIT).await;
     browser.click("#scene-run", WAIT).await;
     browser
         .wait_for_text("#scene-status", "scene breaker started", WAIT)
@@ -196,7 +187,7 @@ async fn the_presentation_panel_cycles_faults_and_stop_removes_them() {
     browser
         .wait_for("#graph [data-edge='order-inventory']", WAIT)
         .await;
-    enter_token(&browser, &system.admin_token).await;
+    browser.use_admin_token(&system.admin_token, WAIT).await;
 
     // A fault every second, held for most of it, so the 500 ms snapshots
     // and the 1 s panel refresh both see one in place.

@@ -271,6 +271,30 @@ impl Browser {
             .unwrap_or_else(|e| panic!("typing into `{css}`: {e}"));
     }
 
+    /// Enters `token` in the console's admin-token form until the page says
+    /// it keeps one. Typing and submitting are repeated: on a loaded machine
+    /// the page has once kept no token after a single try (CI, 2026-12-03),
+    /// and entering it again is harmless.
+    ///
+    /// # Panics
+    /// When the page keeps no token within `within`.
+    pub async fn use_admin_token(&self, token: &str, within: Duration) {
+        let mut last = None;
+        let waited = poll(within, async || {
+            self.fill("#token", token, within).await;
+            self.click("#token-save", within).await;
+            last = self.text("#token-state").await;
+            last.as_deref().is_some_and(|t| t.contains("token set"))
+        })
+        .await;
+        if let Err(e) = waited {
+            self.fail(&format!(
+                "the console kept no admin token within {within:?} ({e}); last: {last:?}"
+            ))
+            .await;
+        }
+    }
+
     /// Runs `js` (a function body) in the page and returns its value.
     ///
     /// # Panics
