@@ -40,11 +40,10 @@
 //! ÷ service time): one more would only be refused at M, so it is refused
 //! on arrival. Admitted requests then wait at most M, most refusals cost
 //! no wait at all, and a queue that has stayed
-//! empty for 100 ms (CoDel's interval, at most N), for M and for a service
-//! time is a good queue again (one emptied for a moment, by slots freed all
-//! at once — the limit raised after a measurement of the minimum RTT, or
-//! overshooting — and refilled soon after, was not drained by spare
-//! capacity: it is still standing).
+//! empty for M and for a service time is a good queue again (one emptied
+//! for a moment, by slots freed all at once — the limit raised after a
+//! measurement of the minimum RTT — and refilled at once, was not drained
+//! by spare capacity: it is still standing).
 //!
 //! **Why written here.** `tower-acc` and `tower-resilience-adaptive` have the
 //! limit algorithms, but both wait for a permit in `poll_ready` without a
@@ -111,15 +110,6 @@ pub use limit::{GradientLimit, LimitConfig, Phase, Ticket};
 
 use crate::clock;
 use crate::deadline::Deadline;
-
-/// How long a queue must stay empty before it is good again (capped at
-/// `queue_timeout`): CoDel's interval. A standing queue that empties for a
-/// few milliseconds under lasting overload was emptied by a limit that
-/// overshot for a moment, not by spare capacity; trusted with a good
-/// queue's long waits again, the next waiters would wait the whole
-/// `queue_timeout` and be refused that late (measured: refusals' p99 of
-/// 1 s at 2× capacity). Kept standing, an empty queue costs nothing.
-const GOOD_AGAIN_AFTER: Duration = Duration::from_millis(100);
 
 /// The parameters of one listener's admission control.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -601,18 +591,13 @@ impl Drop for Waiting<'_> {
 
 impl State {
     /// Since when the queue has been busy at `now`: since a waiter joined
-    /// it after it had stayed empty for [`GOOD_AGAIN_AFTER`] (at most
-    /// `queue_timeout`), for `standing_queue_timeout` and for the expected
-    /// service time (one round of the requests in flight). A queue emptied
-    /// for a moment and refilled within that time was emptied by slots freed
-    /// all at once (a limit raised after a measurement of the minimum RTT,
-    /// or one that overshot), not drained by spare capacity: its busy spell
-    /// goes on.
+    /// it after it had stayed empty for `standing_queue_timeout` and for the
+    /// expected service time (one round of the requests in flight). A queue
+    /// emptied for a moment and refilled within that time was emptied by
+    /// slots freed all at once (a limit raised after a measurement of the
+    /// minimum RTT), not drained by spare capacity: its busy spell goes on.
     fn busy_since(&self, cfg: &AdmissionConfig, now: Instant) -> Option<Instant> {
-        let settle = GOOD_AGAIN_AFTER
-            .min(cfg.queue_timeout)
-            .max(cfg.standing_queue_timeout)
-            .max(self.limit.expected());
+        let settle = cfg.standing_queue_timeout.max(self.limit.expected());
         match self.empty_since {
             Some(e) if now.saturating_duration_since(e) >= settle => None,
             _ => self.busy_since,
