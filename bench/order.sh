@@ -3,13 +3,16 @@
 #
 # - placement: keyed and unkeyed orders/s, p50/p99 at 8, 32 and 128 closed-loop
 #   clients (BENCH_CLIENTS), end to end on Postgres with the real Inventory,
-#   next to `pgbench -N -M prepared` at the same client count in the same run
-#   (capped below the server's max_connections, and said so), the ratio, the
+#   next to `pgbench -N -M prepared` at the same client count in the same run,
+#   in turns (BENCH_SLICES slices of each, alternating, so that a noisy
+#   machine's drift hits both alike; pgbench capped below the server's
+#   max_connections less the bench's pools, and said so), the ratio, the
 #   commits per order counted by pg_stat_database.xact_commit over the order
 #   and inventory databases (and the order database's share), the rows
 #   written per order and table (pg_stat_user_tables), the backends' states
 #   sampled every 20 ms, BENCH_SAMPLE_MS (pg_stat_activity: idle, on the CPU, or waiting on
-#   the WAL, a lock or the client) and, when the server loads it, the
+#   the WAL, a lock or the client), the machine's busy CPU per pgbench
+#   transaction and per order (/proc/stat) and, when the server loads it, the
 #   statements per order (pg_stat_statements);
 # - stampede: 1,000 concurrent orders, one expired cache entry → GetStock calls;
 # - breaker_open_stale: POST latency while Inventory's breaker is open.

@@ -7,9 +7,9 @@
 //! decides atomically, there is no read-then-write window. Lines are taken
 //! in product-id order so two reservations never lock rows in opposite
 //! orders (no deadlocks); any short line rolls the whole transaction back.
-//! On Postgres a one-line reservation (the usual kind) is one statement in
-//! its transaction (three round trips in all: `BEGIN` with its timeout,
-//! the statement, `COMMIT`); anything unusual takes the steps one by one.
+//! On Postgres a one-line reservation (the usual kind) is one prepared
+//! statement sent with its timeout in one round trip (see
+//! [`reserve_one_line`]); anything unusual takes the steps one by one.
 //!
 //! **Idempotent.** The reservation row is inserted first with `ON CONFLICT
 //! (reservation_id) DO NOTHING`. A concurrent repeat of the same id waits on
@@ -122,9 +122,8 @@ impl Store {
             if self.db.backend() == Backend::Postgres
                 && let [line] = reservation.lines()
             {
-                let mut tx = self.begin(true, deadline).await?;
-                if reserve_one_line(&mut tx, id, line, now).await? {
-                    commit(tx, deadline).await?;
+                let ms = statement_timeout_ms(deadline)?;
+                if reserve_one_line(&self.db, id, line, now, ms).await? {
                     return Ok(Reserved {
                         lines: vec![line.clone()],
                         replayed: false,
@@ -132,7 +131,6 @@ impl Store {
                 }
                 // A repeat, a released id, or short: the steps below say
                 // which (the statement changed nothing).
-                tx.rollback().await?;
             }
             let mut tx = self.begin(true, deadline).await?;
             let created = sqlx::query(
@@ -330,12 +328,7 @@ impl Store {
         deadline: Instant,
     ) -> Result<Transaction<'static, Any>, Error> {
         if self.db.backend() == Backend::Postgres {
-            let left = deadline.saturating_duration_since(Instant::now());
-            // Whole milliseconds, rounded up; 0 would mean "no timeout".
-            let ms = left.as_micros().div_ceil(1000);
-            if ms == 0 {
-                return Err(Error::DeadlineExceeded);
-            }
+            let ms = statement_timeout_ms(deadline)?;
             // One round trip: the simple-query protocol takes both
             // statements at once. Only a number is formatted in.
             return Ok(self
@@ -365,37 +358,107 @@ async fn commit(tx: Transaction<'static, Any>, deadline: Instant) -> Result<(), 
     Ok(tx.commit().await?)
 }
 
-/// The usual reservation on Postgres — one line, a new id, enough stock —
-/// in one statement: the reservation row, the conditional take and the
-/// line, each only if the one before it happened. True when reserved;
+/// The time left until `deadline` as a `statement_timeout`: whole
+/// milliseconds, rounded up (0 would mean "no timeout").
+fn statement_timeout_ms(deadline: Instant) -> Result<u128, Error> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    match left.as_micros().div_ceil(1000) {
+        0 => Err(Error::DeadlineExceeded),
+        ms => Ok(ms),
+    }
+}
+
+/// The name of [`RESERVE_ONE_LINE`] as each connection prepares it.
+const RESERVE_ONE_LINE_NAME: &str = "shopeasy_reserve_one_line";
+
+/// The usual reservation — one line, a new id, enough stock — as one
+/// statement: the reservation row, the conditional take and the line, each
+/// only if the one before it happened. It answers how many lines it took
+/// (1, or 0 when the id exists); when the row was inserted but the stock is
+/// short it fails on purpose (a division by zero, [`PARTIAL_WRITE`]): a
+/// statement cannot roll back its own sub-statements, and there is no
+/// transaction of ours around it to roll back, so the error undoes it. The
+/// divisor is the (empty) take's count, not a literal 0: the planner folds
+/// constant expressions, and `1 / 0` would fail every execution at plan
+/// time.
+const RESERVE_ONE_LINE: &str = "PREPARE shopeasy_reserve_one_line (text, text, bigint, bigint) AS \
+     WITH r AS (INSERT INTO reservations (reservation_id, state, created_at, updated_at) \
+       VALUES ($1, 'reserved', $4, $4) ON CONFLICT (reservation_id) DO NOTHING \
+       RETURNING reservation_id), \
+     s AS (UPDATE stock SET available = available - $3, updated_at = $4 \
+       WHERE product_id = $2 AND available >= $3 AND EXISTS (SELECT 1 FROM r) \
+       RETURNING product_id), \
+     l AS (INSERT INTO reservation_lines (reservation_id, line_no, product_id, quantity) \
+       SELECT r.reservation_id, 0, s.product_id, $3 FROM r CROSS JOIN s) \
+     SELECT CASE WHEN (SELECT count(*) FROM r) = (SELECT count(*) FROM s) \
+                 THEN (SELECT count(*) FROM s) ELSE (SELECT 1 / count(*) FROM s) END";
+
+/// The SQLSTATE [`RESERVE_ONE_LINE`] raises to undo a reservation row
+/// whose stock was short (`division_by_zero`).
+const PARTIAL_WRITE: &str = "22012";
+
+/// The SQLSTATE of an `EXECUTE` on a connection that has not prepared the
+/// statement yet (`invalid_sql_statement_name`).
+const NOT_PREPARED: &str = "26000";
+
+/// [`RESERVE_ONE_LINE`] on Postgres in **one round trip**: `SET LOCAL
+/// statement_timeout` and the `EXECUTE` sent as one simple query, which
+/// Postgres runs as one implicit transaction (the `SET LOCAL` holds for it)
+/// and commits at its end — no `BEGIN` and no `COMMIT` round trip (the
+/// three were three of an order's five statements). The statement is prepared
+/// once per connection (SQL `PREPARE`, on first use: parsed and planned
+/// once, as the driver's own prepared statements are). True when reserved;
 /// false when nothing was written (the id exists, or the stock is short),
-/// and the caller takes the step-by-step path that tells which. One line
-/// only: with several, a short line would leave the others taken (a
-/// statement cannot roll back its own sub-statements) and the rows would
-/// be locked in the join's order rather than in product-id order.
+/// and the caller takes the step-by-step path that tells which.
+///
+/// The simple-query protocol has no parameters, so the values are written
+/// into the text: two ids that [`ProductId::parse`] and
+/// [`ReservationId::parse`] made canonical UUIDs (checked again here: hex
+/// digits and hyphens only, or nothing is sent) and three integers. As with
+/// the `COMMIT` this replaces, a statement that straddles the deadline can
+/// still land; a retry with the same id then answers `replayed`.
 async fn reserve_one_line(
-    tx: &mut Transaction<'static, Any>,
+    db: &Database,
     id: &ReservationId,
     line: &Line,
     now: i64,
+    timeout_ms: u128,
 ) -> Result<bool, Error> {
-    let reserved: i64 = sqlx::query_scalar(
-        "WITH r AS (INSERT INTO reservations (reservation_id, state, created_at, updated_at) \
-           VALUES ($1, 'reserved', $4, $4) ON CONFLICT (reservation_id) DO NOTHING \
-           RETURNING reservation_id), \
-         s AS (UPDATE stock SET available = available - $3, updated_at = $4 \
-           WHERE product_id = $2 AND available >= $3 AND EXISTS (SELECT 1 FROM r) \
-           RETURNING product_id), \
-         l AS (INSERT INTO reservation_lines (reservation_id, line_no, product_id, quantity) \
-           SELECT r.reservation_id, 0, s.product_id, $3 FROM r CROSS JOIN s) \
-         SELECT count(*) FROM s",
-    )
-    .bind(id.as_str())
-    .bind(line.product_id.as_str())
-    .bind(line.quantity)
-    .bind(now)
-    .fetch_one(&mut **tx)
-    .await?;
+    let uuid_text =
+        |s: &str| s.len() == 36 && s.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    let (id, product) = (id.as_str(), line.product_id.as_str());
+    if !uuid_text(id) || !uuid_text(product) {
+        return Ok(false);
+    }
+    let q = line.quantity;
+    let sql = format!(
+        "SET LOCAL statement_timeout = {timeout_ms}; \
+         EXECUTE {RESERVE_ONE_LINE_NAME} ('{id}', '{product}', {q}, {now})"
+    );
+    let mut conn = db.pool().acquire().await?;
+    let mut prepared = false;
+    let rows = loop {
+        match sqlx::raw_sql(AssertSqlSafe(sql.clone()))
+            .fetch_all(&mut *conn)
+            .await
+        {
+            Ok(rows) => break rows,
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(PARTIAL_WRITE) => {
+                return Ok(false);
+            }
+            Err(sqlx::Error::Database(e))
+                if !prepared && e.code().as_deref() == Some(NOT_PREPARED) =>
+            {
+                sqlx::raw_sql(RESERVE_ONE_LINE).execute(&mut *conn).await?;
+                prepared = true;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let reserved: i64 = match rows.last() {
+        Some(row) => row.try_get(0)?,
+        None => 0,
+    };
     Ok(reserved == 1)
 }
 

@@ -402,14 +402,17 @@ async fn twenty_concurrent_repeats_of_one_reservation_reserve_once() {
     server.stop().await;
 }
 
-/// Active `ReserveStock` stock updates in this database (alone, or in the
-/// one-statement reservation), and how many of them wait on a lock.
-async fn reserve_queries(monitor: &mut PgConnection) -> (i64, i64) {
+/// Active `ReserveStock` stock updates in this database (the one-line
+/// reservation's prepared statement, or a step of the long way), how many
+/// of them wait on a lock, and the text of one that waits.
+async fn reserve_queries(monitor: &mut PgConnection) -> (i64, i64, Option<String>) {
     sqlx::query_as(
-        "SELECT count(*), count(*) FILTER (WHERE wait_event_type = 'Lock') \
+        "SELECT count(*), count(*) FILTER (WHERE wait_event_type = 'Lock'), \
+                max(query) FILTER (WHERE wait_event_type = 'Lock') \
          FROM pg_stat_activity \
          WHERE datname = current_database() AND pid <> pg_backend_pid() \
-         AND state = 'active' AND query LIKE '%UPDATE stock SET available = available -%'",
+         AND state = 'active' AND (query LIKE '%UPDATE stock SET available = available -%' \
+              OR query LIKE '%EXECUTE shopeasy_reserve_one_line%')",
     )
     .fetch_one(monitor)
     .await
@@ -418,13 +421,14 @@ async fn reserve_queries(monitor: &mut PgConnection) -> (i64, i64) {
 
 /// Holds the row lock of `p` from a connection of the test's own, calls
 /// `ReserveStock` (with `timeout` as its grpc-timeout if given), checks the
-/// query waited in Postgres, and returns the code, how long the answer took
-/// and whether the query was gone from `pg_stat_activity` within 1 s.
+/// query waited in Postgres, and returns the code, how long the answer took,
+/// whether the query was gone from `pg_stat_activity` within 1 s, and the
+/// text of the query that waited.
 async fn reserve_against_a_held_lock(
     server: &Running,
     db: &TestDatabase,
     timeout: Option<Duration>,
-) -> (Code, Duration, bool) {
+) -> (Code, Duration, bool, String) {
     let p = product();
     server.set_stock(&p, 5).await;
     let mut blocker = PgConnection::connect(db.url()).await.unwrap();
@@ -443,9 +447,12 @@ async fn reserve_against_a_held_lock(
     }
     let started = Instant::now();
     let call = tokio::spawn(async move { client.reserve_stock(request).await });
+    let mut waiting = None;
     assert!(
         eventually(Duration::from_secs(2), async || {
-            reserve_queries(&mut monitor).await.1 == 1
+            let (_, waits, query) = reserve_queries(&mut monitor).await;
+            waiting = query;
+            waits == 1
         })
         .await,
         "the reservation's update waits on the held lock"
@@ -459,7 +466,7 @@ async fn reserve_against_a_held_lock(
 
     sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
     assert_eq!(available(server, &p).await, 5, "nothing was reserved");
-    (code, took, gone)
+    (code, took, gone, waiting.unwrap_or_default())
 }
 
 #[tokio::test]
@@ -471,8 +478,15 @@ async fn the_server_deadline_cancels_the_query_in_postgres() {
     s.request_timeout_seconds = Seconds::new(0.3);
     let server = start(s).await;
 
-    let (code, took, gone) = reserve_against_a_held_lock(&server, &db, None).await;
+    let (code, took, gone, waiting) = reserve_against_a_held_lock(&server, &db, None).await;
     assert_eq!(code, Code::DeadlineExceeded);
+    // A one-line reservation is one round trip: its timeout and the
+    // prepared statement in one simple query, no `BEGIN` before it.
+    assert!(
+        waiting.starts_with("SET LOCAL statement_timeout = ")
+            && waiting.contains("EXECUTE shopeasy_reserve_one_line ("),
+        "the waiting query: {waiting}"
+    );
     assert!(
         took >= Duration::from_millis(300) && took < Duration::from_millis(800),
         "answered after {took:?}"
@@ -503,7 +517,7 @@ async fn the_callers_grpc_timeout_reaches_the_database() {
     // The server's own cap is far away: only the caller's 300 ms can stop
     // the query.
     let server = start(settings(db.url())).await;
-    let (code, took, gone) =
+    let (code, took, gone, _) =
         reserve_against_a_held_lock(&server, &db, Some(Duration::from_millis(300))).await;
     // Whichever answers first: the server's DEADLINE_EXCEEDED or tonic's own
     // client-side timer (reported as CANCELLED).

@@ -5,12 +5,14 @@
 //!    database) and a stub Product service — without and with an
 //!    `Idempotency-Key`, at each of `BENCH_CLIENTS` (default `8,32,128`)
 //!    closed-loop clients for `BENCH_SECONDS`, next to `pgbench -N` at the
-//!    same client count on the same server in the same run (capped below
-//!    `max_connections`); prints orders/s, p50/p99, the ratio to pgbench's
+//!    same client count on the same server in the same run, in turns
+//!    (`BENCH_SLICES`, default 5, alternating slices of each; pgbench capped
+//!    below `max_connections` less the bench's pools); prints orders/s, p50/p99, the ratio to pgbench's
 //!    tps, the commits per order counted by `pg_stat_database.xact_commit`
 //!    over both databases, and a server-side profile (rows written per
 //!    order and table, from `pg_stat_user_tables`; the backends' states,
-//!    sampled from `pg_stat_activity`);
+//!    sampled from `pg_stat_activity`), and the machine's busy CPU per
+//!    pgbench transaction and per order (`/proc/stat`, steal left out);
 //! 2. **stampede**: 1,000 concurrent orders for one product whose stock
 //!    cache entry just expired, counting `GetStock` calls at Inventory;
 //! 3. **breaker open, stale entry**: latency of `POST /api/orders` while
@@ -108,6 +110,9 @@ struct Run {
     statements: Option<String>,
     /// Where the backends of both databases spent the run (sampled).
     waits: String,
+    /// The machine's busy CPU time per order placed (every process: the
+    /// clients, the services, Postgres), in milliseconds.
+    cpu_ms_per_order: f64,
 }
 
 async fn placement() {
@@ -129,33 +134,54 @@ async fn placement() {
     let scratch = shopeasy_testkit::postgres().await.unwrap();
     pgbench(&["-q", "-i", "-s", "10", scratch.url()]).await;
     println!(
-        "\n| clients | pgbench -N tps | unkeyed orders/s (p50 / p99 ms) | unkeyed ÷ pgbench | commits/order | keyed orders/s (p50 / p99 ms) | keyed ÷ pgbench | commits/order (order db) |\n|---|---|---|---|---|---|---|---|"
+        "\n| clients | pgbench -N tps (in turns with unkeyed / keyed) | unkeyed orders/s (p50 / p99 ms) | unkeyed ÷ pgbench | commits/order | keyed orders/s (p50 / p99 ms) | keyed ÷ pgbench | commits/order (order db) |\n|---|---|---|---|---|---|---|---|"
     );
     let mut profiles = Vec::new();
+    let mut cpu = Vec::new();
+    let slices = env("BENCH_SLICES", 5).max(1);
+    let slice_seconds = (seconds / slices).max(1);
     for &c in &clients {
-        // pgbench opens one connection per client: keep room for the others.
-        let pg_clients = c.min(u64::try_from(max_connections - 15).unwrap_or(1));
-        let tps = pgbench_tps(scratch.url(), pg_clients, seconds).await;
-        let unkeyed = run_orders(&admin, c, seconds, false).await;
-        let keyed = run_orders(&admin, c, seconds, true).await;
+        // Each kind of order runs in turns with pgbench, `slices` times
+        // (pgbench, orders, pgbench, orders, …), so that a machine whose
+        // speed drifts during the run (another tenant of the host) slows
+        // both alike, and each ratio is taken against its own turns of
+        // pgbench. The rig's pools stay open between its turns: pgbench gets
+        // what is left of `max_connections`.
+        let statements = statement_stats(&admin).await;
+        let room = u64::try_from(max_connections - 15 - rig_connections()).unwrap_or(1);
+        let pg_clients = c.min(room).max(1);
+        let mut turns = Vec::new();
+        for keyed in [false, true] {
+            let mut rig = Rig::start(&admin, keyed).await;
+            let mut pg = Pgbench::default();
+            for slice in 0..slices {
+                pg.add(pgbench_tps(scratch.url(), pg_clients, slice_seconds).await);
+                rig.slice(&admin, c, slice, slice_seconds).await;
+            }
+            turns.push((pg, rig.finish(&admin, statements).await));
+        }
+        let (pg_keyed, keyed) = turns.pop().unwrap();
+        let (pg_unkeyed, unkeyed) = turns.pop().unwrap();
         let capped = if pg_clients < c {
-            format!(" (-c {pg_clients}: max_connections {max_connections})")
+            format!(" (-c {pg_clients}: max_connections {max_connections}, the rig's pools open)")
         } else {
             String::new()
         };
         println!(
-            "| {c} | {tps:.0}{capped} | {:.0} ({:.1} / {:.1}){} | {:.1} % | {:.2} | {:.0} ({:.1} / {:.1}){} | {:.1} % | {:.2} ({:.2}) |",
+            "| {c} | {:.0} / {:.0}{capped} | {:.0} ({:.1} / {:.1}){} | {:.1} % | {:.2} | {:.0} ({:.1} / {:.1}){} | {:.1} % | {:.2} ({:.2}) |",
+            pg_unkeyed.tps(),
+            pg_keyed.tps(),
             unkeyed.orders_per_s,
             unkeyed.p50_ms,
             unkeyed.p99_ms,
             failed(unkeyed.failed),
-            100.0 * unkeyed.orders_per_s / tps,
+            100.0 * unkeyed.orders_per_s / pg_unkeyed.tps(),
             unkeyed.commits_per_order,
             keyed.orders_per_s,
             keyed.p50_ms,
             keyed.p99_ms,
             failed(keyed.failed),
-            100.0 * keyed.orders_per_s / tps,
+            100.0 * keyed.orders_per_s / pg_keyed.tps(),
             keyed.commits_per_order,
             keyed.order_db_commits_per_order,
         );
@@ -163,10 +189,30 @@ async fn placement() {
             "|   | backends, unkeyed: {} |   |   |   | backends, keyed: {} |   |   |",
             unkeyed.waits, keyed.waits
         );
+        cpu.push(format!(
+            "| {c} | {:.3} / {:.3} | {:.3} ({:.2}×) | {:.3} ({:.2}×) |",
+            pg_unkeyed.cpu_ms_per_tx(),
+            pg_keyed.cpu_ms_per_tx(),
+            unkeyed.cpu_ms_per_order,
+            unkeyed.cpu_ms_per_order / pg_unkeyed.cpu_ms_per_tx(),
+            keyed.cpu_ms_per_order,
+            keyed.cpu_ms_per_order / pg_keyed.cpu_ms_per_tx(),
+        ));
         profiles.push((c, "unkeyed", unkeyed.profile, unkeyed.statements));
         profiles.push((c, "keyed", keyed.profile, keyed.statements));
     }
-    println!("\nRows written per order, order database (pg_stat_user_tables: ins/upd/del):\n");
+    // On a machine whose cores are all busy in both phases, the rate ratio
+    // is about the inverse of the CPU ratio: the same comparison from the
+    // other side, with the time the hypervisor took away left out.
+    println!(
+        "\nMachine CPU per unit (every process, from /proc/stat; on busy cores the rate ratio is about its inverse):\n\n| clients | per pgbench tx (ms, unkeyed / keyed turns) | per unkeyed order (ms, × pgbench) | per keyed order (ms, × pgbench) |\n|---|---|---|---|"
+    );
+    for line in &cpu {
+        println!("{line}");
+    }
+    println!(
+        "\nRows written per order, order database (pg_stat_user_tables: ins/upd/del, and of the updates how many were HOT — no index touched):\n"
+    );
     for (c, kind, profile, _) in &profiles {
         println!("- {c} clients, {kind}: {profile}");
     }
@@ -255,15 +301,72 @@ async fn pgbench(args: &[&str]) -> String {
     .unwrap()
 }
 
-/// `pgbench -N -M prepared` with `clients` for `seconds`: its tps.
-async fn pgbench_tps(url: &str, clients: u64, seconds: u64) -> f64 {
+/// `pgbench -N -M prepared` with `clients` for `seconds`: its tps, the
+/// machine's busy CPU per transaction in milliseconds, and the seconds.
+async fn pgbench_tps(url: &str, clients: u64, seconds: u64) -> (f64, f64, f64) {
     let (c, t) = (clients.to_string(), seconds.to_string());
+    let before = busy_cpu_seconds();
     let out = pgbench(&["-N", "-M", "prepared", "-c", &c, "-j", "2", "-T", &t, url]).await;
-    out.lines()
-        .find_map(|l| l.strip_prefix("tps = "))
-        .and_then(|l| l.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no tps in pgbench's output: {out}"))
+    let busy = busy_cpu_seconds() - before;
+    let number = |prefix: &str| -> f64 {
+        out.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|v| v.split('/').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix:?} in pgbench's output: {out}"))
+    };
+    let tps = number("tps = ");
+    let transactions = number("number of transactions actually processed: ");
+    #[allow(clippy::cast_precision_loss)]
+    (tps, 1e3 * busy / transactions.max(1.0), seconds as f64)
+}
+
+/// The machine's busy CPU time so far, in seconds (all cores): from the
+/// first line of `/proc/stat`, user, nice, system, irq and softirq — not
+/// idle, I/O wait, nor steal (time the hypervisor gave to someone else).
+/// Zero where there is no `/proc`.
+fn busy_cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return 0.0;
+    };
+    let ticks: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal …; USER_HZ is 100.
+    let busy: f64 = [0, 1, 2, 5, 6].iter().filter_map(|&i| ticks.get(i)).sum();
+    busy / 100.0
+}
+
+/// pgbench's slices, added up.
+#[derive(Debug, Default)]
+struct Pgbench {
+    /// Σ tps × seconds of each slice (pgbench's tps leaves out its own
+    /// connection time).
+    transactions: f64,
+    seconds: f64,
+    busy_cpu_ms: f64,
+}
+
+impl Pgbench {
+    fn add(&mut self, (tps, cpu_ms_per_tx, seconds): (f64, f64, f64)) {
+        self.transactions += tps * seconds;
+        self.seconds += seconds;
+        self.busy_cpu_ms += cpu_ms_per_tx * tps * seconds;
+    }
+
+    fn tps(&self) -> f64 {
+        self.transactions / self.seconds.max(1e-9)
+    }
+
+    fn cpu_ms_per_tx(&self) -> f64 {
+        self.busy_cpu_ms / self.transactions.max(1.0)
+    }
 }
 
 /// `names` as a SQL list of string literals (`'a', 'b'`): the bench's own
@@ -325,187 +428,268 @@ async fn bare_inventory(
     (bound.start(), store)
 }
 
-/// `clients` closed-loop clients placing one-line orders for `seconds` on
-/// fresh databases, with or without a key each.
-async fn run_orders(
-    admin: &shopeasy_runtime::db::Database,
-    concurrency: u64,
-    seconds: u64,
+/// Connections one rig's pools may hold open (order's and Inventory's).
+fn rig_connections() -> i64 {
+    i64::try_from(env("BENCH_ORDER_POOL", 20) + env("BENCH_INVENTORY_POOL", 10)).unwrap_or(0)
+}
+
+/// An order service (with the real Inventory and the Product stub) on
+/// fresh databases, placing one-line orders — each with a key or none —
+/// in slices, and what the slices measured, added up.
+struct Rig {
     keyed: bool,
-) -> Run {
-    let inventory_db = shopeasy_testkit::postgres().await.unwrap();
-    let order_db = shopeasy_testkit::postgres().await.unwrap();
-    // Inventory's stock is written before the baseline is read.
-    let (inventory, store) = bare_inventory(inventory_db.url()).await;
-    let catalogue = FakeProduct::default();
-    let products: Vec<Uuid> = (0..50).map(|_| Uuid::new_v4()).collect();
-    for p in &products {
-        catalogue.add(*p, 100);
-        let id = ProductId::parse("product_id", &p.to_string()).unwrap();
-        store
-            .set_stock(&id, 1_000_000_000, Instant::now() + Duration::from_secs(5))
-            .await
-            .unwrap();
-    }
-    // Restart Inventory, so that the stocking's commits are flushed (its
-    // connections closed) before the baseline.
-    let _ = tokio::time::timeout(Duration::from_secs(15), inventory.stop()).await;
-    drop(store);
-    let (inventory, _store) = bare_inventory(inventory_db.url()).await;
-    let url = format!("http://{}", inventory.local_addr());
-    let catalogue_server = catalogue.serve().await;
-    let mut settings = test_settings(order_db.url(), &url, &catalogue_server.url());
-    settings.resilience.inventory.timeout_seconds = Seconds::new(3.0);
-    settings.resilience.product.timeout_seconds = Seconds::new(3.0);
-    settings.resilience.stock_cache.ttl_seconds = Seconds::new(2.0);
-    settings.resilience.inventory.max_concurrency = 1000;
-    settings.resilience.product.max_concurrency = 1000;
-    settings.storage.database.max_connections = u32::try_from(env("BENCH_ORDER_POOL", 20)).unwrap();
-    settings.storage.database.acquire_timeout_seconds = Seconds::new(10.0);
-    settings.outbox.poll_interval_seconds = Seconds::new(1.0);
-    settings.process.admission.enabled = false;
-    // The baseline before any service connects: every count so far is
-    // flushed (the databases are new). What start-up adds (migrations, the
-    // pools, the first stock fetches) is in the figures: a few dozen
-    // commits against thousands of orders.
-    let names = [inventory_db.name(), order_db.name()];
-    let before_all = commits(admin, &names).await;
-    let before_order = commits(admin, &names[1..]).await;
-    let statements = statement_stats(admin).await;
-    let app = TestApp::spawn(settings).await;
+    inventory_db: shopeasy_testkit::TestDatabase,
+    order_db: shopeasy_testkit::TestDatabase,
+    inventory: shopeasy_runtime::lifecycle::Running,
+    catalogue_server: fakes::Running,
+    app: TestApp,
+    products: Vec<Uuid>,
+    before_all: i64,
+    before_order: i64,
+    latencies: Vec<Duration>,
+    failed: u64,
+    elapsed: Duration,
+    busy: f64,
+    waits: Waits,
+}
 
-    let end = Instant::now() + Duration::from_secs(seconds);
-    let clients = (0..concurrency).map(|c| {
-        let app = &app;
-        let products = &products;
-        async move {
-            let mut latencies = Vec::new();
-            let mut errors = 0u64;
-            let mut i = 0usize;
-            // One customer per client (one order in flight each, so the
-            // open-order limit never refuses), its token signed once: the
-            // clients' own signing is not what is measured.
-            let customer = format!("bench-{c}");
-            let http = app.client_for(&customer);
-            while Instant::now() < end {
-                let p = products[(c as usize * 7 + i) % products.len()];
-                i += 1;
-                let key = format!("bench-{c}-{i}");
-                let started = Instant::now();
-                let mut req = http
-                    .post(app.url("/api/orders"))
-                    .json(&order_body(&customer, &[(p, 1)]));
-                if keyed {
-                    req = req.header("Idempotency-Key", &key);
+impl Rig {
+    /// Stocks Inventory, takes the commit baseline, starts the service.
+    async fn start(admin: &shopeasy_runtime::db::Database, keyed: bool) -> Self {
+        let inventory_db = shopeasy_testkit::postgres().await.unwrap();
+        let order_db = shopeasy_testkit::postgres().await.unwrap();
+        // Inventory's stock is written before the baseline is read.
+        let (inventory, store) = bare_inventory(inventory_db.url()).await;
+        let catalogue = FakeProduct::default();
+        let products: Vec<Uuid> = (0..50).map(|_| Uuid::new_v4()).collect();
+        for p in &products {
+            catalogue.add(*p, 100);
+            let id = ProductId::parse("product_id", &p.to_string()).unwrap();
+            store
+                .set_stock(&id, 1_000_000_000, Instant::now() + Duration::from_secs(5))
+                .await
+                .unwrap();
+        }
+        // Restart Inventory, so that the stocking's commits are flushed (its
+        // connections closed) before the baseline.
+        let _ = tokio::time::timeout(Duration::from_secs(15), inventory.stop()).await;
+        drop(store);
+        let (inventory, _store) = bare_inventory(inventory_db.url()).await;
+        let url = format!("http://{}", inventory.local_addr());
+        let catalogue_server = catalogue.serve().await;
+        let mut settings = test_settings(order_db.url(), &url, &catalogue_server.url());
+        settings.resilience.inventory.timeout_seconds = Seconds::new(3.0);
+        settings.resilience.product.timeout_seconds = Seconds::new(3.0);
+        settings.resilience.stock_cache.ttl_seconds = Seconds::new(2.0);
+        settings.resilience.inventory.max_concurrency = 1000;
+        settings.resilience.product.max_concurrency = 1000;
+        settings.storage.database.max_connections =
+            u32::try_from(env("BENCH_ORDER_POOL", 20)).unwrap();
+        settings.storage.database.acquire_timeout_seconds = Seconds::new(10.0);
+        settings.outbox.poll_interval_seconds = Seconds::new(1.0);
+        settings.process.admission.enabled = false;
+        // The baseline before any service connects: every count so far is
+        // flushed (the databases are new). What start-up adds (migrations,
+        // the pools, the first stock fetches) and the outbox worker's polls
+        // between turns are in the figures: a few dozen commits against
+        // thousands of orders.
+        let names = [inventory_db.name(), order_db.name()];
+        let before_all = commits(admin, &names).await;
+        let before_order = commits(admin, &names[1..]).await;
+        let app = TestApp::spawn(settings).await;
+        Self {
+            keyed,
+            inventory_db,
+            order_db,
+            inventory,
+            catalogue_server,
+            app,
+            products,
+            before_all,
+            before_order,
+            latencies: Vec::new(),
+            failed: 0,
+            elapsed: Duration::ZERO,
+            busy: 0.0,
+            waits: Waits::default(),
+        }
+    }
+
+    /// `concurrency` closed-loop clients for `seconds` (turn `slice`).
+    async fn slice(
+        &mut self,
+        admin: &shopeasy_runtime::db::Database,
+        concurrency: u64,
+        slice: u64,
+        seconds: u64,
+    ) {
+        let names = [self.inventory_db.name(), self.order_db.name()];
+        let end = Instant::now() + Duration::from_secs(seconds);
+        let keyed = self.keyed;
+        let clients = (0..concurrency).map(|c| {
+            let app = &self.app;
+            let products = &self.products;
+            async move {
+                let mut latencies = Vec::new();
+                let mut errors = 0u64;
+                let mut i = 0usize;
+                // One customer per client (one order in flight each, so the
+                // open-order limit never refuses), its token signed once:
+                // the clients' own signing is not what is measured.
+                let customer = format!("bench-{c}");
+                let http = app.client_for(&customer);
+                while Instant::now() < end {
+                    let p = products[(c as usize * 7 + i) % products.len()];
+                    i += 1;
+                    let key = format!("bench-{c}-{slice}-{i}");
+                    let started = Instant::now();
+                    let mut req = http
+                        .post(app.url("/api/orders"))
+                        .json(&order_body(&customer, &[(p, 1)]));
+                    if keyed {
+                        req = req.header("Idempotency-Key", &key);
+                    }
+                    let res = req.send().await.unwrap();
+                    if res.status() == 201 {
+                        latencies.push(started.elapsed());
+                    } else {
+                        errors += 1;
+                    }
                 }
-                let res = req.send().await.unwrap();
-                if res.status() == 201 {
-                    latencies.push(started.elapsed());
-                } else {
-                    errors += 1;
-                }
+                (latencies, errors)
             }
-            (latencies, errors)
+        });
+        let started = Instant::now();
+        let cpu_before = busy_cpu_seconds();
+        let (results, ()) = tokio::join!(
+            futures::future::join_all(clients),
+            self.waits.sample(admin, &names, end)
+        );
+        self.elapsed += started.elapsed();
+        self.busy += busy_cpu_seconds() - cpu_before;
+        for (latencies, errors) in results {
+            self.latencies.extend(latencies);
+            self.failed += errors;
         }
-    });
-    let started = Instant::now();
-    let (results, waits) = tokio::join!(
-        futures::future::join_all(clients),
-        wait_profile(admin, &names, end)
-    );
-    let elapsed = started.elapsed();
-    let mut all: Vec<Duration> = results.iter().flat_map(|(l, _)| l.clone()).collect();
-    let failed: u64 = results.iter().map(|(_, e)| e).sum();
-    all.sort();
-    app.stop().await;
-    let _ = tokio::time::timeout(Duration::from_secs(15), inventory.stop()).await;
-    drop(catalogue_server);
-    let after_all = commits(admin, &names).await;
-    let after_order = commits(admin, &names[1..]).await;
-    let tuples_after = tuples(order_db.url()).await;
-    let placed = all.len().max(1) as f64;
-    let statements = if statements {
-        Some(statements_per_order(admin, &names, placed).await)
-    } else {
-        None
-    };
-    let profile = tuples_after
-        .iter()
-        .map(|(table, rows)| {
-            // The tables are new: every row counted is this run's.
-            let per = |i: usize| rows[i] as f64 / placed;
-            format!("{table} {:.2}/{:.2}/{:.2}", per(0), per(1), per(2))
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    Run {
-        orders_per_s: all.len() as f64 / elapsed.as_secs_f64(),
-        p50_ms: percentile(&all, 0.5).as_secs_f64() * 1e3,
-        p99_ms: percentile(&all, 0.99).as_secs_f64() * 1e3,
-        failed,
-        commits_per_order: (after_all - before_all) as f64 / placed,
-        order_db_commits_per_order: (after_order - before_order) as f64 / placed,
-        profile,
-        statements,
-        waits,
+    }
+
+    /// Stops the services and reads what the server counted.
+    async fn finish(self, admin: &shopeasy_runtime::db::Database, statements: bool) -> Run {
+        let mut all = self.latencies;
+        all.sort();
+        self.app.stop().await;
+        let _ = tokio::time::timeout(Duration::from_secs(15), self.inventory.stop()).await;
+        drop(self.catalogue_server);
+        let names = [self.inventory_db.name(), self.order_db.name()];
+        let after_all = commits(admin, &names).await;
+        let after_order = commits(admin, &names[1..]).await;
+        let tuples_after = tuples(self.order_db.url()).await;
+        let placed = all.len().max(1) as f64;
+        let statements = if statements {
+            Some(statements_per_order(admin, &names, placed).await)
+        } else {
+            None
+        };
+        let profile = tuples_after
+            .iter()
+            .map(|(table, rows)| {
+                // The tables are new: every row counted is this run's.
+                let per = |i: usize| rows[i] as f64 / placed;
+                format!(
+                    "{table} {:.2}/{:.2}/{:.2} (HOT {:.2})",
+                    per(0),
+                    per(1),
+                    per(2),
+                    per(3)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        Run {
+            orders_per_s: all.len() as f64 / self.elapsed.as_secs_f64(),
+            p50_ms: percentile(&all, 0.5).as_secs_f64() * 1e3,
+            p99_ms: percentile(&all, 0.99).as_secs_f64() * 1e3,
+            failed: self.failed,
+            commits_per_order: (after_all - self.before_all) as f64 / placed,
+            order_db_commits_per_order: (after_order - self.before_order) as f64 / placed,
+            profile,
+            statements,
+            waits: self.waits.summary(),
+            cpu_ms_per_order: 1e3 * self.busy / placed,
+        }
     }
 }
 
-/// Where the database's side of an order's time goes: until `end`, samples
-/// `pg_stat_activity` every `BENCH_SAMPLE_MS` (20 ms: 500 samples in a 10 s
-/// run, each a query the run's own Postgres serves, so not more often) for
-/// the backends of the databases `names`
-/// and returns how many backends were in each state on average — `idle` (the
-/// connection waits in the pool or for the client: time spent outside
-/// Postgres), `active`/`idle in transaction` on the CPU or waiting, by
-/// `wait_event` (`WALSync`/`WALWrite`: the commit's flush; `transactionid`
-/// /`tuple`: a row lock; `ClientRead` inside a transaction: the client's
-/// next statement is on its way). It is Postgres's view of one placement's
-/// round trips, beside the client's latency.
-async fn wait_profile(
-    admin: &shopeasy_runtime::db::Database,
-    names: &[&str],
-    end: Instant,
-) -> String {
-    let list = sql_names(names);
-    let sql = format!(
-        "SELECT CASE WHEN datname = '{}' THEN 'inventory ' ELSE 'order ' END || \
-                CASE WHEN state = 'idle' THEN 'idle' \
-                     WHEN wait_event IS NULL THEN state || ': on CPU' \
-                     ELSE state || ': ' || wait_event END, count(*) \
-         FROM pg_stat_activity WHERE datname IN ({list}) AND pid <> pg_backend_pid() GROUP BY 1",
-        names[0]
-    );
-    let mut counts: std::collections::BTreeMap<String, i64> = Default::default();
-    let mut ticks = tokio::time::interval(Duration::from_millis(env("BENCH_SAMPLE_MS", 20).max(1)));
-    let mut samples = 0u32;
-    while Instant::now() < end {
-        ticks.tick().await;
-        samples += 1;
-        let rows: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
-            .fetch_all(admin.pool())
-            .await
-            .unwrap_or_default();
-        for (what, n) in rows {
-            *counts.entry(what).or_default() += n;
-        }
-    }
-    let samples = f64::from(samples.max(1));
-    let mut shares: Vec<(String, i64)> = counts.into_iter().collect();
-    shares.sort_by_key(|s| std::cmp::Reverse(s.1));
-    shares
-        .iter()
-        .take(10)
-        .map(|(what, n)| format!("{what} {:.1}", *n as f64 / samples))
-        .collect::<Vec<_>>()
-        .join(", ")
+/// Where the database's side of an order's time goes: while a slice runs,
+/// [`Waits::sample`] reads `pg_stat_activity` every `BENCH_SAMPLE_MS` (20
+/// ms: 500 samples in 10 s, each a query the run's own Postgres serves, so
+/// not more often) for the backends of the rig's databases, and
+/// [`Waits::summary`] says how many backends were in each state on average
+/// — `idle` (the connection waits in the pool or for the client: time spent
+/// outside Postgres), `active`/`idle in transaction` on the CPU or waiting,
+/// by `wait_event` (`WALSync`/`WALWrite`: the commit's flush;
+/// `transactionid`/`tuple`: a row lock; `ClientRead` inside a transaction:
+/// the client's next statement is on its way). It is Postgres's view of one
+/// placement's round trips, beside the client's latency.
+#[derive(Debug, Default)]
+struct Waits {
+    counts: std::collections::BTreeMap<String, i64>,
+    samples: u32,
 }
 
-/// Rows inserted/updated/deleted so far per table of the order database.
-async fn tuples(url: &str) -> Vec<(String, [i64; 3])> {
+impl Waits {
+    /// Samples the databases `names` until `end`.
+    async fn sample(
+        &mut self,
+        admin: &shopeasy_runtime::db::Database,
+        names: &[&str],
+        end: Instant,
+    ) {
+        let list = sql_names(names);
+        let sql = format!(
+            "SELECT CASE WHEN datname = '{}' THEN 'inventory ' ELSE 'order ' END || \
+                    CASE WHEN state = 'idle' THEN 'idle' \
+                         WHEN wait_event IS NULL THEN state || ': on CPU' \
+                         ELSE state || ': ' || wait_event END, count(*) \
+             FROM pg_stat_activity WHERE datname IN ({list}) AND pid <> pg_backend_pid() GROUP BY 1",
+            names[0]
+        );
+        let mut ticks =
+            tokio::time::interval(Duration::from_millis(env("BENCH_SAMPLE_MS", 20).max(1)));
+        while Instant::now() < end {
+            ticks.tick().await;
+            self.samples += 1;
+            let rows: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+                .fetch_all(admin.pool())
+                .await
+                .unwrap_or_default();
+            for (what, n) in rows {
+                *self.counts.entry(what).or_default() += n;
+            }
+        }
+    }
+
+    /// The ten most common states, as backends on average.
+    fn summary(&self) -> String {
+        let samples = f64::from(self.samples.max(1));
+        let mut shares: Vec<(&String, &i64)> = self.counts.iter().collect();
+        shares.sort_by_key(|s| std::cmp::Reverse(*s.1));
+        shares
+            .iter()
+            .take(10)
+            .map(|(what, n)| format!("{what} {:.1}", **n as f64 / samples))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Rows inserted/updated/deleted so far per table of the order database,
+/// and how many of the updates were HOT (heap-only: no index entry
+/// written).
+async fn tuples(url: &str) -> Vec<(String, [i64; 4])> {
     let db = shopeasy_runtime::db::Database::connect_lazy(url, &Default::default()).unwrap();
-    let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
-        "SELECT relname::TEXT, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables \
+    let rows: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT relname::TEXT, n_tup_ins, n_tup_upd, n_tup_del, n_tup_hot_upd FROM pg_stat_user_tables \
          WHERE relname IN ('orders', 'order_lines', 'outbox', 'idempotency_keys') ORDER BY relname",
     )
     .fetch_all(db.pool())
@@ -513,7 +697,7 @@ async fn tuples(url: &str) -> Vec<(String, [i64; 3])> {
     .unwrap();
     db.pool().close().await;
     rows.into_iter()
-        .map(|(t, i, u, d)| (t, [i, u, d]))
+        .map(|(t, i, u, d, hot)| (t, [i, u, d, hot]))
         .collect()
 }
 

@@ -1,5 +1,13 @@
 //! The target process's open descriptors and resident set, from `/proc`
-//! (Linux; elsewhere both are unknown).
+//! (Linux; elsewhere both are unknown), and how many of the descriptors
+//! are its clients' connections.
+//!
+//! The split matters for a soak: an open-loop generator opens connections
+//! as its latency rises and closes them when they idle, so the target's
+//! descriptor count swings with the generator's choices. A leak is growth
+//! in the *rest* (files, upstream pools, listeners, the proxies'
+//! connections); the client connections are bounded by the gateway's own
+//! connection cap.
 
 /// What `/proc` says of one process.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -8,17 +16,74 @@ pub struct ProcStats {
     pub open_fds: Option<u64>,
     /// `VmRSS` of `/proc/<pid>/status`, in KiB.
     pub rss_kib: Option<u64>,
+    /// Of `open_fds`, the established TCP connections accepted on the
+    /// listener port asked for (its clients'; `None` when unasked or
+    /// unreadable).
+    pub client_connections: Option<u64>,
 }
 
-/// Reads `pid`'s descriptors and RSS (each `None` when unreadable).
-pub fn read(pid: u32) -> ProcStats {
-    let open_fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .ok()
-        .map(|d| d.count() as u64);
+/// Reads `pid`'s descriptors and RSS, and how many of the descriptors are
+/// connections accepted on `listener_port` (each `None` when unreadable).
+pub fn read(pid: u32, listener_port: Option<u16>) -> ProcStats {
+    let fds: Option<Vec<String>> = std::fs::read_dir(format!("/proc/{pid}/fd")).ok().map(|d| {
+        d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .map(|target| target.to_string_lossy().into_owned())
+            .collect()
+    });
     let rss_kib = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| rss_of_status(&s));
-    ProcStats { open_fds, rss_kib }
+    let client_connections = match (&fds, listener_port) {
+        (Some(fds), Some(port)) => {
+            let sockets: std::collections::HashSet<u64> =
+                fds.iter().filter_map(|t| socket_inode(t)).collect();
+            let tables = ["tcp", "tcp6"]
+                .map(|t| std::fs::read_to_string(format!("/proc/{pid}/net/{t}")).ok());
+            tables.iter().any(Option::is_some).then(|| {
+                tables
+                    .iter()
+                    .flatten()
+                    .map(|table| established_on(table, port, &sockets))
+                    .sum()
+            })
+        }
+        _ => None,
+    };
+    ProcStats {
+        open_fds: fds.map(|f| f.len() as u64),
+        rss_kib,
+        client_connections,
+    }
+}
+
+/// The inode of a descriptor whose link reads `socket:[inode]`.
+fn socket_inode(link: &str) -> Option<u64> {
+    link.strip_prefix("socket:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
+/// How many rows of a `/proc/net/tcp{,6}` table are established
+/// connections with local port `port` whose inode is in `sockets` (the
+/// process's own: the table lists the whole network namespace).
+pub fn established_on(table: &str, port: u16, sockets: &std::collections::HashSet<u64>) -> u64 {
+    const ESTABLISHED: &str = "01";
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local_port = f
+                .get(1)
+                .and_then(|a| a.rsplit(':').next())
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            let inode = f.get(9).and_then(|i| i.parse::<u64>().ok());
+            local_port == Some(port)
+                && f.get(3) == Some(&ESTABLISHED)
+                && inode.is_some_and(|i| sockets.contains(&i))
+        })
+        .count() as u64
 }
 
 /// `VmRSS` in KiB from the text of `/proc/<pid>/status`.
@@ -54,11 +119,48 @@ mod tests {
         assert_eq!(rss_of_status("Name: x\n"), None);
     }
 
-    #[cfg(target_os = "linux")]
     #[test]
-    fn this_process_has_descriptors_and_a_resident_set() {
-        let s = read(std::process::id());
+    fn established_connections_on_the_port_are_counted_when_they_are_ours() {
+        // Local 127.0.0.1:8080 (0x1F90): established and ours, established
+        // but another process's, listening; and an outgoing connection of
+        // ours to port 8080 (remote port, not local).
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 111 1 0000000000000000 20 4 30 10 -1
+   1: 0100007F:1F90 0100007F:D432 01 00000000:00000000 00:00000000 00000000     0        0 222 1 0000000000000000 20 4 30 10 -1
+   2: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 333 1 0000000000000000 100 0 0 10 0
+   3: 0100007F:D433 0100007F:1F90 01 00000000:00000000 00:00000000 00000000     0        0 444 1 0000000000000000 20 4 30 10 -1
+";
+        let ours = [111, 333, 444].into_iter().collect();
+        assert_eq!(established_on(table, 8080, &ours), 1);
+        assert_eq!(established_on(table, 8081, &ours), 0);
+        assert_eq!(socket_inode("socket:[4242]"), Some(4242));
+        assert_eq!(socket_inode("/dev/null"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn this_process_has_descriptors_a_resident_set_and_its_clients() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let s = read(std::process::id(), Some(port));
         assert!(s.open_fds.is_some_and(|n| n >= 3), "{s:?}");
         assert!(s.rss_kib.is_some_and(|n| n > 0), "{s:?}");
+        assert_eq!(s.client_connections, Some(0), "{s:?}");
+        let _a = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let _b = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let accepted = (
+            listener.accept().await.unwrap(),
+            listener.accept().await.unwrap(),
+        );
+        let s = read(std::process::id(), Some(port));
+        // Both ends live in this process: the two accepted sockets have
+        // local port `port`, the connecting ones do not.
+        assert_eq!(s.client_connections, Some(2), "{s:?}");
+        drop(accepted);
+        assert_eq!(read(std::process::id(), None).client_connections, None);
     }
 }

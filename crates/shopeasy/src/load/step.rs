@@ -90,6 +90,9 @@ pub struct StepResult {
     pub open_fds: Option<u64>,
     /// Resident set of the target process at the step's end, in KiB.
     pub rss_kib: Option<u64>,
+    /// Of `open_fds`, the client connections on the target's listener (the
+    /// generator's; see [`procstat`](super::procstat)).
+    pub client_connections: Option<u64>,
 }
 
 impl StepResult {

@@ -9,7 +9,7 @@
 //!    placements, and report per step: offered, goodput (2xx within
 //!    `--deadline`), shed (503 / 429), no answer, not sent, p50/p99 of
 //!    admitted and of shed answers, and the target process's open
-//!    descriptors and RSS.
+//!    descriptors (and how many of them are client connections) and RSS.
 //! 3. **Output**: a table on stdout, a CSV and an SVG plot (goodput and
 //!    latency against offered load) under `--out`.
 //! 4. **Gates**: issue 14's "Done when" judged on those figures ([`gates`]);
@@ -159,6 +159,10 @@ pub async fn run(
         seed,
     };
     let pid = args.pid.or_else(procstat::find_shopeasy);
+    // The listener whose accepted connections are the generator's own.
+    let port = reqwest::Url::parse(&target.base)
+        .ok()
+        .and_then(|u| u.port_or_known_default());
     if !quiet {
         eprintln!(
             "sweep: {} products to order by {} customers{}, target pid {}",
@@ -180,10 +184,15 @@ pub async fn run(
         }
     };
     let measure = |mut r: StepResult| {
-        let stats = pid.map(procstat::read).unwrap_or_default();
-        let ProcStats { open_fds, rss_kib } = stats;
+        let stats = pid.map(|p| procstat::read(p, port)).unwrap_or_default();
+        let ProcStats {
+            open_fds,
+            rss_kib,
+            client_connections,
+        } = stats;
         r.open_fds = open_fds;
         r.rss_kib = rss_kib;
+        r.client_connections = client_connections;
         r
     };
 
@@ -338,7 +347,7 @@ fn pause(seconds: f64, max: f64) -> Duration {
 }
 
 /// The CSV's header.
-pub const CSV_HEADER: &str = "multiplier,offered_rps,seconds,sent,not_sent,goodput_rps,good,shed,no_answer,other,admitted_p50_ms,admitted_p99_ms,shed_p50_ms,shed_p99_ms,send_lag_p99_ms,open_fds,rss_kib";
+pub const CSV_HEADER: &str = "multiplier,offered_rps,seconds,sent,not_sent,goodput_rps,good,shed,no_answer,other,admitted_p50_ms,admitted_p99_ms,shed_p50_ms,shed_p99_ms,send_lag_p99_ms,open_fds,client_connections,rss_kib";
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -354,7 +363,7 @@ pub fn to_csv(steps: &[StepResult]) -> String {
     for r in steps {
         let _ = writeln!(
             out,
-            "{},{:.1},{:.2},{},{},{:.1},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{},{}",
+            "{},{:.1},{:.2},{},{},{:.1},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{},{},{}",
             r.multiplier,
             r.offered,
             r.seconds,
@@ -371,6 +380,7 @@ pub fn to_csv(steps: &[StepResult]) -> String {
             ms(r.shed_p99),
             ms(r.send_lag_p99),
             opt(r.open_fds),
+            opt(r.client_connections),
             opt(r.rss_kib),
         );
     }
@@ -380,7 +390,7 @@ pub fn to_csv(steps: &[StepResult]) -> String {
 /// One step as a line of the table.
 pub fn row(r: &StepResult) -> String {
     format!(
-        "{:>4}× offered {:>7.0}/s  goodput {:>7.0}/s  shed {:>6}  no answer {:>5}  not sent {:>5}  other {:>4}  admitted p50/p99 {:>7.1}/{:>7.1} ms  shed p50/p99 {:>6.1}/{:>6.1} ms  send lag p99 {:>5.1} ms  fds {:>5}  rss {:>6} KiB",
+        "{:>4}× offered {:>7.0}/s  goodput {:>7.0}/s  shed {:>6}  no answer {:>5}  not sent {:>5}  other {:>4}  admitted p50/p99 {:>7.1}/{:>7.1} ms  shed p50/p99 {:>6.1}/{:>6.1} ms  send lag p99 {:>5.1} ms  fds {:>5} (clients {:>5})  rss {:>6} KiB",
         r.multiplier,
         r.offered,
         r.goodput(),
@@ -394,6 +404,7 @@ pub fn row(r: &StepResult) -> String {
         ms(r.shed_p99),
         ms(r.send_lag_p99),
         opt(r.open_fds),
+        opt(r.client_connections),
         opt(r.rss_kib),
     )
 }
@@ -571,6 +582,13 @@ mod tests {
         let over = &sweep.steps[2];
         assert!(over.shed > 0, "3× is shed: {}", row(over));
         assert!(over.open_fds.is_some() && over.rss_kib.is_some());
+        // This process is the target here, and the stub's listener is in
+        // it: the generator's connections to it are counted.
+        assert!(
+            over.client_connections.is_some_and(|n| n >= 1),
+            "{}",
+            row(over)
+        );
         let csv = std::fs::read_to_string(&sweep.csv).unwrap();
         assert_eq!(csv.lines().next(), Some(CSV_HEADER));
         assert_eq!(csv.lines().count(), 4);
