@@ -9,7 +9,7 @@
 //! orders (no deadlocks); any short line rolls the whole transaction back.
 //! On Postgres a one-line reservation (the usual kind) is one prepared
 //! statement sent with its timeout in one round trip (see
-//! [`reserve_one_line`]); anything unusual takes the steps one by one.
+//! `reserve_one_line`); anything unusual takes the steps one by one.
 //!
 //! **Idempotent.** The reservation row is inserted first with `ON CONFLICT
 //! (reservation_id) DO NOTHING`. A concurrent repeat of the same id waits on
