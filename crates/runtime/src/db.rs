@@ -24,28 +24,12 @@
 use std::{borrow::Cow, path::Path, time::Duration};
 
 use sqlx::{
-    AnyPool, Connection, Executor,
+    AnyPool, Executor,
     any::{AnyConnectOptions, AnyPoolOptions},
     migrate::{Migration, MigrationType, Migrator},
 };
 
 use crate::settings::common::PoolSettings;
-
-/// A pooled Postgres connection returned to the pool within this long is
-/// handed out again without a ping first (HikariCP's
-/// `aliveBypassWindowMs`, same value). Pinging on every checkout — sqlx's
-/// `test_before_acquire` — costs a round trip per transaction, and a busy
-/// pool's connections are seldom idle longer than this. A keyed order made
-/// eleven round trips to Postgres: five statements, a ping per checkout
-/// (three) and the ping sqlx sends whenever a connection goes back (three,
-/// off the request's path, not configurable); the bypass takes away the
-/// three checkout pings (`crates/order/README.md`). A connection idle
-/// for longer (the peer may have gone: a restart, a reset, an idle timeout
-/// in between) is still pinged, and dropped if the ping fails — what the
-/// bypass costs is that a connection whose server process died within the
-/// window fails its next statement (the caller's retry or the request's
-/// 503) instead of being replaced unseen (`tests/alive_bypass.rs`).
-pub const ALIVE_BYPASS: Duration = Duration::from_millis(500);
 
 /// Which database server a [`Database`] talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,16 +91,7 @@ impl Database {
                 .acquire_timeout(settings.acquire_timeout_seconds.get())
                 // A SQLite file cannot drop a connection: the check would be
                 // one more hop to its worker thread per acquire, for nothing.
-                // Postgres: a ping only after `ALIVE_BYPASS` idle.
-                .test_before_acquire(false)
-                .before_acquire(move |conn, meta| {
-                    Box::pin(async move {
-                        if backend == Backend::Postgres && meta.idle_for >= ALIVE_BYPASS {
-                            conn.ping().await?;
-                        }
-                        Ok(true)
-                    })
-                })
+                .test_before_acquire(backend == Backend::Postgres)
                 .after_connect(move |conn, _meta| {
                     Box::pin(async move {
                         match backend {
