@@ -168,7 +168,11 @@ async fn f7_inventory_postgres_serialization_failure_is_retried_a_bounded_number
     let pending = order(&f, &a, 2, &ka).await;
     assert_eq!(pending.status, Some(202), "{}", pending.describe());
     let order_id = support::order_id(&pending);
-    let reserves = stub.statements_containing("INSERT INTO reservations");
+    // A one-line reservation is one prepared statement sent with its
+    // timeout (`EXECUTE shopeasy_reserve_one_line`); the step-by-step path
+    // inserts the reservation row itself. Either is one attempt.
+    let reserves = stub.statements_containing("INSERT INTO reservations")
+        + stub.statements_containing("EXECUTE shopeasy_reserve_one_line");
     println!(
         "40001 with a cached stock entry: {reserves} reservation transactions, {} transactions in all, in {:?}",
         stub.transactions(),
