@@ -155,7 +155,7 @@ async fn placement() {
             let mut rig = Rig::start(&admin, keyed).await;
             let mut pg = Pgbench::default();
             for slice in 0..slices {
-                pg.add(pgbench_tps(scratch.url(), pg_clients, slice_seconds).await);
+                pg.add(pgbench_slice(scratch.url(), pg_clients, slice_seconds).await);
                 rig.slice(&admin, c, slice, slice_seconds).await;
             }
             turns.push((pg, rig.finish(&admin, statements).await));
@@ -301,13 +301,14 @@ async fn pgbench(args: &[&str]) -> String {
     .unwrap()
 }
 
-/// `pgbench -N -M prepared` with `clients` for `seconds`: its tps, the
-/// machine's busy CPU per transaction in milliseconds, and the seconds.
-async fn pgbench_tps(url: &str, clients: u64, seconds: u64) -> (f64, f64, f64) {
+/// One turn of `pgbench -N -M prepared` with `clients` for `seconds`, as
+/// measured (its tps, the transactions it processed, and the machine's busy
+/// CPU meanwhile).
+async fn pgbench_slice(url: &str, clients: u64, seconds: u64) -> Pgbench {
     let (c, t) = (clients.to_string(), seconds.to_string());
     let before = busy_cpu_seconds();
     let out = pgbench(&["-N", "-M", "prepared", "-c", &c, "-j", "2", "-T", &t, url]).await;
-    let busy = busy_cpu_seconds() - before;
+    let busy_cpu_seconds = busy_cpu_seconds() - before;
     let number = |prefix: &str| -> f64 {
         out.lines()
             .find_map(|l| l.strip_prefix(prefix))
@@ -316,10 +317,14 @@ async fn pgbench_tps(url: &str, clients: u64, seconds: u64) -> (f64, f64, f64) {
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no {prefix:?} in pgbench's output: {out}"))
     };
-    let tps = number("tps = ");
-    let transactions = number("number of transactions actually processed: ");
     #[allow(clippy::cast_precision_loss)]
-    (tps, 1e3 * busy / transactions.max(1.0), seconds as f64)
+    let seconds = seconds as f64;
+    Pgbench {
+        transactions: number("tps = ") * seconds,
+        processed: number("number of transactions actually processed: "),
+        seconds,
+        busy_cpu_seconds,
+    }
 }
 
 /// The machine's busy CPU time so far, in seconds (all cores): from the
@@ -349,15 +354,19 @@ struct Pgbench {
     /// Σ tps × seconds of each slice (pgbench's tps leaves out its own
     /// connection time).
     transactions: f64,
+    /// Σ the transactions pgbench says it processed.
+    processed: f64,
     seconds: f64,
-    busy_cpu_ms: f64,
+    /// The machine's busy CPU during the slices.
+    busy_cpu_seconds: f64,
 }
 
 impl Pgbench {
-    fn add(&mut self, (tps, cpu_ms_per_tx, seconds): (f64, f64, f64)) {
-        self.transactions += tps * seconds;
-        self.seconds += seconds;
-        self.busy_cpu_ms += cpu_ms_per_tx * tps * seconds;
+    fn add(&mut self, slice: Self) {
+        self.transactions += slice.transactions;
+        self.processed += slice.processed;
+        self.seconds += slice.seconds;
+        self.busy_cpu_seconds += slice.busy_cpu_seconds;
     }
 
     fn tps(&self) -> f64 {
@@ -365,7 +374,7 @@ impl Pgbench {
     }
 
     fn cpu_ms_per_tx(&self) -> f64 {
-        self.busy_cpu_ms / self.transactions.max(1.0)
+        1e3 * self.busy_cpu_seconds / self.processed.max(1.0)
     }
 }
 
@@ -419,8 +428,7 @@ async fn bare_inventory(
     settings.process.ephemeral();
     settings.process.admission.enabled = false;
     settings.storage.database_url = shopeasy_runtime::settings::SecretUrl::new(db_url);
-    settings.storage.database.max_connections =
-        u32::try_from(env("BENCH_INVENTORY_POOL", 10)).unwrap();
+    settings.storage.database.max_connections = inventory_pool();
     let bound = shopeasy_runtime::lifecycle::Bound::<shopeasy_inventory::App>::build(settings)
         .await
         .unwrap();
@@ -428,9 +436,19 @@ async fn bare_inventory(
     (bound.start(), store)
 }
 
+/// The order service's pool in the bench (`BENCH_ORDER_POOL`).
+fn order_pool() -> u32 {
+    u32::try_from(env("BENCH_ORDER_POOL", 20)).unwrap()
+}
+
+/// Inventory's pool in the bench (`BENCH_INVENTORY_POOL`).
+fn inventory_pool() -> u32 {
+    u32::try_from(env("BENCH_INVENTORY_POOL", 10)).unwrap()
+}
+
 /// Connections one rig's pools may hold open (order's and Inventory's).
 fn rig_connections() -> i64 {
-    i64::try_from(env("BENCH_ORDER_POOL", 20) + env("BENCH_INVENTORY_POOL", 10)).unwrap_or(0)
+    i64::from(order_pool()) + i64::from(inventory_pool())
 }
 
 /// An order service (with the real Inventory and the Product stub) on
@@ -483,8 +501,7 @@ impl Rig {
         settings.resilience.stock_cache.ttl_seconds = Seconds::new(2.0);
         settings.resilience.inventory.max_concurrency = 1000;
         settings.resilience.product.max_concurrency = 1000;
-        settings.storage.database.max_connections =
-            u32::try_from(env("BENCH_ORDER_POOL", 20)).unwrap();
+        settings.storage.database.max_connections = order_pool();
         settings.storage.database.acquire_timeout_seconds = Seconds::new(10.0);
         settings.outbox.poll_interval_seconds = Seconds::new(1.0);
         settings.process.admission.enabled = false;

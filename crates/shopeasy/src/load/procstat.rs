@@ -67,7 +67,7 @@ fn socket_inode(link: &str) -> Option<u64> {
 /// How many rows of a `/proc/net/tcp{,6}` table are established
 /// connections with local port `port` whose inode is in `sockets` (the
 /// process's own: the table lists the whole network namespace).
-pub fn established_on(table: &str, port: u16, sockets: &std::collections::HashSet<u64>) -> u64 {
+fn established_on(table: &str, port: u16, sockets: &std::collections::HashSet<u64>) -> u64 {
     const ESTABLISHED: &str = "01";
     table
         .lines()
