@@ -435,25 +435,33 @@ async fn reserve_one_line(
         "SET LOCAL statement_timeout = {timeout_ms}; \
          EXECUTE {RESERVE_ONE_LINE_NAME} ('{id}', '{product}', {q}, {now})"
     );
-    let mut conn = db.pool().acquire().await?;
-    let mut prepared = false;
-    let rows = loop {
-        match sqlx::raw_sql(AssertSqlSafe(sql.clone()))
-            .fetch_all(&mut *conn)
-            .await
-        {
-            Ok(rows) => break rows,
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(PARTIAL_WRITE) => {
-                return Ok(false);
+    // The answer is the connection's check (`Database::one_round_trip`);
+    // a connection's first use adds the `PREPARE` and a second try.
+    let rows = db
+        .one_round_trip(async |conn| {
+            let mut prepared = false;
+            loop {
+                match sqlx::raw_sql(AssertSqlSafe(sql.clone()))
+                    .fetch_all(&mut *conn)
+                    .await
+                {
+                    Ok(rows) => return Ok(Some(rows)),
+                    Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(PARTIAL_WRITE) => {
+                        return Ok(None);
+                    }
+                    Err(sqlx::Error::Database(e))
+                        if !prepared && e.code().as_deref() == Some(NOT_PREPARED) =>
+                    {
+                        sqlx::raw_sql(RESERVE_ONE_LINE).execute(&mut *conn).await?;
+                        prepared = true;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
-            Err(sqlx::Error::Database(e))
-                if !prepared && e.code().as_deref() == Some(NOT_PREPARED) =>
-            {
-                sqlx::raw_sql(RESERVE_ONE_LINE).execute(&mut *conn).await?;
-                prepared = true;
-            }
-            Err(e) => return Err(e.into()),
-        }
+        })
+        .await?;
+    let Some(rows) = rows else {
+        return Ok(false);
     };
     let reserved: i64 = match rows.last() {
         Some(row) => row.try_get(0)?,

@@ -21,15 +21,91 @@
 //! millisecond, and the admission limit learning that as the service time).
 //! The busy timeout stays as the backstop against another process.
 
-use std::{borrow::Cow, path::Path, time::Duration};
+use std::{
+    borrow::Cow,
+    path::Path,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
 
 use sqlx::{
-    AnyPool, Executor,
+    AnyConnection, AnyPool, Connection, Executor,
     any::{AnyConnectOptions, AnyPoolOptions},
     migrate::{Migration, MigrationType, Migrator},
 };
 
 use crate::settings::common::PoolSettings;
+
+/// A pooled Postgres connection that answered within this long is handed
+/// to [`Database::one_round_trip`] without a ping first (HikariCP's
+/// `aliveBypassWindowMs`, same value); everywhere else, and after a longer
+/// idle, sqlx's checkout ping stays.
+///
+/// **Why.** A keyed order is three one-statement commits (order's two,
+/// Inventory's one), and each took three round trips: a ping when the
+/// connection is checked out, the statement, and the ping sqlx sends when
+/// it goes back (off the request's path, not configurable). Skipping the
+/// checkout ping of a connection that just answered takes a third of them
+/// (`crates/order/README.md`).
+///
+/// **What keeps it safe.** The ping is what bounded a write on a hung
+/// database: it runs inside the acquire timeout, so a server that stopped
+/// answering is a pool timeout (503), not a request that waits until its
+/// caller gives up. Without it, the statement's own answer is the check,
+/// and [`Database::one_round_trip`] bounds it by the same acquire timeout.
+/// What the window still costs: a connection whose server process died
+/// within it fails its next statement (the caller's 503 or retry) instead
+/// of being replaced unseen. One such failure turns the bypass off for the
+/// next window, so after a restart or a reset the pool's other
+/// connections are pinged and replaced as before, and one statement pays,
+/// not one per pooled connection (`tests/one_round_trip.rs`).
+pub const ALIVE_BYPASS: Duration = Duration::from_millis(500);
+
+/// Whether [`Database::one_round_trip`] may skip the ping now: not for
+/// [`ALIVE_BYPASS`] after a statement lost its connection. Shared by the
+/// pool's hook and the database handle; one atomic, read per checkout.
+#[derive(Debug)]
+struct Bypass {
+    /// The clock's origin for `off_until_ms`.
+    origin: tokio::time::Instant,
+    /// Milliseconds since `origin` until which every checkout is pinged.
+    off_until_ms: AtomicU64,
+}
+
+impl Bypass {
+    fn new() -> Self {
+        Self {
+            origin: tokio::time::Instant::now(),
+            off_until_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn allowed(&self) -> bool {
+        self.now_ms() >= self.off_until_ms.load(Ordering::Relaxed)
+    }
+
+    /// A statement lost its connection: others of the same pool may be as
+    /// dead, so ping every checkout for the next window.
+    fn suspend(&self) {
+        let window = u64::try_from(ALIVE_BYPASS.as_millis()).unwrap_or(u64::MAX);
+        self.off_until_ms
+            .store(self.now_ms().saturating_add(window), Ordering::Relaxed);
+    }
+}
+
+tokio::task_local! {
+    /// Set while [`Database::one_round_trip`] checks a connection out: the
+    /// pool's `before_acquire` hook skips the ping for it (within
+    /// [`ALIVE_BYPASS`]) and for no one else.
+    static ANSWER_IS_THE_CHECK: ();
+}
 
 /// Which database server a [`Database`] talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +141,11 @@ pub struct Database {
     /// connection of its own on SQLite (see the module's docs).
     writer: AnyPool,
     backend: Backend,
+    /// How long a connection may take to answer before it counts as gone:
+    /// the pool's acquire timeout (see [`ALIVE_BYPASS`]).
+    answer_within: Duration,
+    /// Whether the checkout ping may be skipped now.
+    bypass: Arc<Bypass>,
 }
 
 impl Database {
@@ -85,13 +166,31 @@ impl Database {
         };
         let options: AnyConnectOptions = url.parse()?;
         let statement_timeout = settings.statement_timeout_seconds.get();
+        let bypass = Arc::new(Bypass::new());
         let pool_of = |max_connections: u32| {
             AnyPoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(settings.acquire_timeout_seconds.get())
                 // A SQLite file cannot drop a connection: the check would be
                 // one more hop to its worker thread per acquire, for nothing.
-                .test_before_acquire(backend == Backend::Postgres)
+                // Postgres: a ping per checkout, except for a connection
+                // that answered within `ALIVE_BYPASS` and goes to
+                // `one_round_trip`, whose answer is bounded instead.
+                .test_before_acquire(false)
+                .before_acquire({
+                    let bypass = bypass.clone();
+                    move |conn, meta| {
+                        let answer_checks = meta.idle_for < ALIVE_BYPASS
+                            && ANSWER_IS_THE_CHECK.try_with(|()| ()).is_ok()
+                            && bypass.allowed();
+                        Box::pin(async move {
+                            if backend == Backend::Postgres && !answer_checks {
+                                conn.ping().await?;
+                            }
+                            Ok(true)
+                        })
+                    }
+                })
                 .after_connect(move |conn, _meta| {
                     Box::pin(async move {
                         match backend {
@@ -127,6 +226,8 @@ impl Database {
             pool,
             writer,
             backend,
+            answer_within: settings.acquire_timeout_seconds.get(),
+            bypass,
         })
     }
 
@@ -212,6 +313,51 @@ impl Database {
         }
     }
 
+    /// Runs `statement` — **one** round trip, a write in its own implicit
+    /// transaction — on a connection of [`Database::writer`].
+    ///
+    /// On Postgres the connection comes without the checkout ping when it
+    /// answered within [`ALIVE_BYPASS`], and the statement's answer is the
+    /// check instead: bounded by the acquire timeout, like the ping it
+    /// replaces. No answer in time → the connection, in an unknown state, is
+    /// closed rather than pooled, and the caller gets a connection error
+    /// ([`is_connection_error`]: 503), as when a ping times out. Whether the
+    /// statement landed is then unknown, as with any lost answer: callers
+    /// use it only for writes their recovery already covers (a retry with
+    /// the same idempotency key or reservation id, the outbox).
+    ///
+    /// On SQLite it simply runs on the writer (no network to hang).
+    ///
+    /// # Errors
+    /// When no connection can be had, the statement fails, or no answer
+    /// came within the acquire timeout.
+    pub async fn one_round_trip<T>(
+        &self,
+        statement: impl AsyncFnOnce(&mut AnyConnection) -> Result<T, sqlx::Error>,
+    ) -> Result<T, sqlx::Error> {
+        if self.backend == Backend::Sqlite {
+            let mut conn = self.writer.acquire().await?;
+            return statement(&mut conn).await;
+        }
+        let mut conn = ANSWER_IS_THE_CHECK.scope((), self.writer.acquire()).await?;
+        match tokio::time::timeout(self.answer_within, statement(&mut conn)).await {
+            Ok(Err(e)) if connection_lost(&e) => {
+                self.bypass.suspend();
+                Err(e)
+            }
+            Ok(answer) => answer,
+            Err(_) => {
+                self.bypass.suspend();
+                // Not back to the pool: closed here, its slot freed at once.
+                drop(conn.detach());
+                Err(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the database did not answer within the acquire timeout",
+                )))
+            }
+        }
+    }
+
     /// `SELECT 1`, for readiness.
     ///
     /// # Errors
@@ -233,6 +379,16 @@ pub fn is_connection_error(e: &sqlx::Error) -> bool {
             | sqlx::Error::Protocol(_)
             | sqlx::Error::WorkerCrashed
     )
+}
+
+/// True when the statement's connection is gone: it could not be used
+/// ([`is_connection_error`]) or the server closed it — class `57P`,
+/// operator intervention (`pg_terminate_backend`, a shutdown, a restart).
+fn connection_lost(e: &sqlx::Error) -> bool {
+    is_connection_error(e)
+        || e.as_database_error()
+            .and_then(|d| d.code())
+            .is_some_and(|c| c.starts_with("57P"))
 }
 
 /// True when Postgres cancelled the statement (`57014` query_canceled):

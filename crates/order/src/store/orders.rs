@@ -615,7 +615,9 @@ async fn create_in_one_statement(
         .bind(next_attempt_at)
         .bind(locked_until)
         .bind(order.created_at);
-    let (created, room) = query.fetch_one(db.writer()).await?;
+    let (created, room) = db
+        .one_round_trip(async |conn| query.fetch_one(conn).await)
+        .await?;
     Ok(match (created, room) {
         (1, _) => OneStatement::Created(Task {
             order_id: order.id,
@@ -694,7 +696,9 @@ async fn finish_in_one_statement(
             .bind(headers)
             .bind(response.body.clone());
     }
-    let (changed, finished) = query.fetch_one(db.writer()).await?;
+    let (changed, finished) = db
+        .one_round_trip(async |conn| query.fetch_one(conn).await)
+        .await?;
     match (changed, finished, key.is_some()) {
         (0, _, _) => Ok(None),
         (1, 1, true) | (1, 0, false) => Ok(Some(Recorded {
