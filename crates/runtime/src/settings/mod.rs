@@ -561,8 +561,10 @@ pub mod common {
     pub struct PoolSettings {
         /// Most connections open at once.
         pub max_connections: u32,
-        /// How long a query waits for a free connection before the request
-        /// fails with 503 / UNAVAILABLE.
+        /// How long a query waits for a free, answering connection before
+        /// the request fails with 503 / UNAVAILABLE; also how long a
+        /// one-statement write handed a connection without a ping waits for
+        /// its answer (`crate::db::Database::one_round_trip`).
         pub acquire_timeout_seconds: Seconds,
         /// Upper bound of any one statement (Postgres `statement_timeout`).
         pub statement_timeout_seconds: Seconds,
