@@ -141,9 +141,6 @@ pub struct Database {
     /// connection of its own on SQLite (see the module's docs).
     writer: AnyPool,
     backend: Backend,
-    /// How long a connection may take to answer before it counts as gone:
-    /// the pool's acquire timeout (see [`ALIVE_BYPASS`]).
-    answer_within: Duration,
     /// Whether the checkout ping may be skipped now.
     bypass: Arc<Bypass>,
 }
@@ -226,7 +223,6 @@ impl Database {
             pool,
             writer,
             backend,
-            answer_within: settings.acquire_timeout_seconds.get(),
             bypass,
         })
     }
@@ -340,14 +336,11 @@ impl Database {
             return statement(&mut conn).await;
         }
         let mut conn = ANSWER_IS_THE_CHECK.scope((), self.writer.acquire()).await?;
-        match tokio::time::timeout(self.answer_within, statement(&mut conn)).await {
-            Ok(Err(e)) if connection_lost(&e) => {
-                self.bypass.suspend();
-                Err(e)
-            }
+        // The bound of the ping this statement replaces: the acquire timeout.
+        let answer_within = self.writer.options().get_acquire_timeout();
+        let answer = match tokio::time::timeout(answer_within, statement(&mut conn)).await {
             Ok(answer) => answer,
             Err(_) => {
-                self.bypass.suspend();
                 // Not back to the pool: closed here, its slot freed at once.
                 drop(conn.detach());
                 Err(sqlx::Error::Io(std::io::Error::new(
@@ -355,7 +348,11 @@ impl Database {
                     "the database did not answer within the acquire timeout",
                 )))
             }
+        };
+        if answer.as_ref().is_err_and(connection_lost) {
+            self.bypass.suspend();
         }
+        answer
     }
 
     /// `SELECT 1`, for readiness.

@@ -52,22 +52,31 @@ async fn pid_in_one_round_trip(db: &Database) -> Result<i32, sqlx::Error> {
     .await
 }
 
-/// The backend of the pool's connection, and when it was back in the pool
-/// (sqlx returns a connection from a task of its own, after a check).
-async fn backend(db: &Database) -> (i32, Instant) {
-    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(db.pool())
+/// The backends of `n` of the pool's connections, checked out at once, and
+/// when they were all back in the pool (sqlx returns a connection from a
+/// task of its own, after a check).
+async fn backends(db: &Database, n: usize) -> (Vec<i32>, Instant) {
+    let held = futures::future::try_join_all((0..n).map(|_| db.pool().acquire()))
         .await
         .unwrap();
-    idle_again(db).await;
-    (pid, Instant::now())
+    let mut pids = Vec::new();
+    for mut conn in held {
+        pids.push(
+            sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap(),
+        );
+    }
+    idle_again(db, n).await;
+    (pids, Instant::now())
 }
 
-/// Waits until the pool's one connection is idle again.
-async fn idle_again(db: &Database) {
+/// Waits until `n` of the pool's connections are idle again.
+async fn idle_again(db: &Database, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    while db.pool().num_idle() < 1 {
-        assert!(Instant::now() < deadline, "the connection never came back");
+    while db.pool().num_idle() < n {
+        assert!(Instant::now() < deadline, "the connections never came back");
         tokio::task::yield_now().await;
     }
 }
@@ -95,24 +104,28 @@ async fn terminate(admin: &mut PgConnection, pid: i32) {
     }
 }
 
-/// Runs `checkout` on a connection whose backend was terminated just after
-/// it went back to the pool, within half the window (retried on a machine
-/// too busy for that). Returns the terminated pid and what `checkout` got.
-async fn checkout_of_a_fresh_corpse<T>(
+/// Runs `checkout` once the backends of `n` pooled connections were
+/// terminated just after they went back to the pool, within half the window
+/// (retried on a machine too busy for that). Returns the terminated pids and
+/// what `checkout` got.
+async fn checkout_of_fresh_corpses<T>(
     db: &Database,
     admin: &mut PgConnection,
+    n: usize,
     checkout: impl AsyncFn(&Database) -> T,
-) -> (i32, T) {
+) -> (Vec<i32>, T) {
     for _ in 0..5 {
-        let (pid, released) = backend(db).await;
-        terminate(admin, pid).await;
-        if released.elapsed() < ALIVE_BYPASS / 2 {
-            return (pid, checkout(db).await);
+        let (pids, released) = backends(db, n).await;
+        for &pid in &pids {
+            terminate(admin, pid).await;
         }
-        // Let the next round start from a live connection.
+        if released.elapsed() < ALIVE_BYPASS / 2 {
+            return (pids, checkout(db).await);
+        }
+        // Let the next round start from live connections.
         let _ = sqlx::query("SELECT 1").execute(db.pool()).await;
     }
-    panic!("the machine never terminated a backend within half the window");
+    panic!("the machine never terminated {n} backends within half the window");
 }
 
 #[tokio::test]
@@ -120,14 +133,14 @@ async fn within_the_window_one_round_trip_skips_the_ping() {
     let Some((_test_db, db, mut admin)) = setup().await else {
         return;
     };
-    let (pid, first) = checkout_of_a_fresh_corpse(&db, &mut admin, pid_in_one_round_trip).await;
+    let (pids, first) = checkout_of_fresh_corpses(&db, &mut admin, 1, pid_in_one_round_trip).await;
     let error = first.expect_err("the dead connection was pinged and replaced");
     // Postgres says goodbye (57P01) before it closes: worth a retry (503).
     assert!(is_transient(&error), "{error}");
     // The failed connection is dropped on its way back: the next checkout
     // opens a new one.
     let again = pid_in_one_round_trip(&db).await.unwrap();
-    assert_ne!(again, pid);
+    assert_ne!(again, pids[0]);
 }
 
 #[tokio::test]
@@ -135,7 +148,7 @@ async fn within_the_window_every_other_checkout_is_still_pinged() {
     let Some((_test_db, db, mut admin)) = setup().await else {
         return;
     };
-    let (pid, replaced) = checkout_of_a_fresh_corpse(&db, &mut admin, async |db: &Database| {
+    let (pids, replaced) = checkout_of_fresh_corpses(&db, &mut admin, 1, async |db: &Database| {
         sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()")
             .fetch_one(db.pool())
             .await
@@ -143,7 +156,7 @@ async fn within_the_window_every_other_checkout_is_still_pinged() {
     .await;
     assert_ne!(
         replaced.unwrap(),
-        pid,
+        pids[0],
         "a plain checkout ran on a new connection, the dead one found by the ping"
     );
 }
@@ -153,12 +166,12 @@ async fn past_the_window_one_round_trip_is_pinged_too() {
     let Some((_test_db, db, mut admin)) = setup().await else {
         return;
     };
-    let (pid, released) = backend(&db).await;
-    terminate(&mut admin, pid).await;
+    let (pids, released) = backends(&db, 1).await;
+    terminate(&mut admin, pids[0]).await;
     tokio::time::sleep_until(released + ALIVE_BYPASS + Duration::from_millis(50)).await;
     let replaced = pid_in_one_round_trip(&db).await.unwrap();
     assert_ne!(
-        replaced, pid,
+        replaced, pids[0],
         "the statement ran on a new connection, the dead one found by the ping"
     );
 }
@@ -175,50 +188,22 @@ async fn one_lost_connection_turns_the_bypass_off_for_the_others() {
     };
     let db = Database::connect_lazy(test_db.url(), &settings).unwrap();
     let mut admin = PgConnection::connect(test_db.url()).await.unwrap();
-    for _ in 0..5 {
-        // Three connections in use at once, then all back in the pool.
-        let held = three_at_once(&db).await;
-        let mut pids = Vec::new();
-        for mut conn in held {
-            pids.push(
-                sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()")
-                    .fetch_one(&mut *conn)
-                    .await
-                    .unwrap(),
-            );
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while db.pool().num_idle() < 3 {
-            assert!(Instant::now() < deadline, "the connections never came back");
-            tokio::task::yield_now().await;
-        }
-        let released = Instant::now();
-        for &pid in &pids {
-            terminate(&mut admin, pid).await;
-        }
-        if released.elapsed() >= ALIVE_BYPASS / 2 {
-            continue;
-        }
-        // The first pays for the restart...
-        let first = pid_in_one_round_trip(&db).await;
-        assert!(first.is_err(), "a dead connection answered");
-        // ...and the next one, still within the window, is pinged: the
-        // pool finds its other dead connections and opens a new one.
-        let second = pid_in_one_round_trip(&db).await.unwrap();
-        assert!(!pids.contains(&second), "ran on a terminated backend");
-        return;
-    }
-    panic!("the machine never terminated three backends within half the window");
-}
-
-/// Three connections of `db` checked out at the same time.
-async fn three_at_once(db: &Database) -> Vec<sqlx::pool::PoolConnection<sqlx::Any>> {
-    let (a, b, c) = tokio::join!(
-        db.pool().acquire(),
-        db.pool().acquire(),
-        db.pool().acquire()
+    let (pids, (first, second)) =
+        checkout_of_fresh_corpses(&db, &mut admin, 3, async |db: &Database| {
+            (
+                pid_in_one_round_trip(db).await,
+                pid_in_one_round_trip(db).await,
+            )
+        })
+        .await;
+    // The first pays for the restart...
+    assert!(first.is_err(), "a dead connection answered");
+    // ...and the next one, still within the window, is pinged: the pool
+    // finds its other dead connections and opens a new one.
+    assert!(
+        !pids.contains(&second.unwrap()),
+        "ran on a terminated backend"
     );
-    vec![a.unwrap(), b.unwrap(), c.unwrap()]
 }
 
 /// Sends `signal` to a local Postgres backend (the tests run where the
@@ -246,7 +231,7 @@ async fn a_hung_server_is_a_connection_error_within_the_acquire_timeout() {
         return;
     };
     let pid = pid_in_one_round_trip(&db).await.unwrap();
-    idle_again(&db).await;
+    idle_again(&db, 1).await;
     signal(pid, "STOP");
     let resume = Resume(pid);
 
