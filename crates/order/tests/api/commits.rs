@@ -8,9 +8,12 @@ use std::time::Duration;
 
 use serde_json::Value;
 use shopeasy_order::{
-    domain::{Order, OrderStatus, now_ms},
+    domain::{Order, OrderStatus, Shortage, now_ms},
     failpoints::Failpoint,
-    store::{Claim, Created, FirstTry, KeyHold, NewKey, Resume, StoreError, StoredResponse},
+    store::{
+        Action, Claim, Created, FirstTry, KeyHold, NewKey, Resume, Store, StoreError,
+        StoredResponse,
+    },
 };
 use shopeasy_runtime::settings::Seconds;
 use shopeasy_testkit::all_backends;
@@ -206,22 +209,17 @@ async fn the_final_write_is_fenced_by_the_holders_token() {
         };
         let holder = KeyHold::new("c-fence", "key-fence");
         // The first holder's lock has already run out.
-        let created = store
-            .create_order(
-                &order,
-                Some(&NewKey {
-                    hold: &holder,
-                    fingerprint: "f",
-                    now,
-                    lock_until: now - 1,
-                }),
-                FirstTry::Worker { at: now + 60_000 },
-                None,
-                u32::MAX,
-            )
-            .await
-            .unwrap();
-        assert!(matches!(created, Created::Order(_)), "{created:?}");
+        created(
+            store,
+            &order,
+            Some(&NewKey {
+                hold: &holder,
+                fingerprint: "f",
+                now,
+                lock_until: now - 1,
+            }),
+        )
+        .await;
         let taker = KeyHold::new("c-fence", "key-fence");
         let claim = store
             .claim_existing(&NewKey {
@@ -248,6 +246,14 @@ async fn the_final_write_is_fenced_by_the_holders_token() {
             OrderStatus::Pending,
             "rolled back whole"
         );
+        assert!(
+            store
+                .task(order.id, Action::Reserve)
+                .await
+                .unwrap()
+                .is_some(),
+            "the reserve row kept"
+        );
         assert!(matches!(
             store.finish_key(&holder, &response("old")).await,
             Err(StoreError::LockLost)
@@ -262,8 +268,60 @@ async fn the_final_write_is_fenced_by_the_holders_token() {
             store.key_state(&holder, now).await.unwrap(),
             Claim::Replay(response("new"))
         );
+        assert_eq!(
+            store.task(order.id, Action::Reserve).await.unwrap(),
+            None,
+            "the reserve row deleted with the final write"
+        );
+
+        // Without a key: the final write rejects the order and deletes its
+        // row; a second one changes nothing.
+        let unkeyed = Order {
+            id: Uuid::now_v7(),
+            ..order
+        };
+        created(store, &unkeyed, None).await;
+        let short = [Shortage {
+            product_id: Uuid::now_v7(),
+            requested: 2,
+            available: 1,
+        }];
+        let recorded = store
+            .finish_reservation(unkeyed.id, Some(&short), now, None)
+            .await
+            .unwrap();
+        assert_eq!(recorded.status, OrderStatus::Rejected);
+        assert!(!recorded.key_finished);
+        assert_eq!(store.task(unkeyed.id, Action::Reserve).await.unwrap(), None);
+        let again = store
+            .finish_reservation(unkeyed.id, None, now + 1, None)
+            .await
+            .unwrap();
+        assert_eq!(
+            again.status,
+            OrderStatus::Rejected,
+            "a second answer changes nothing"
+        );
         app.stop().await;
     }
+}
+
+/// Creates `order` (under `key`, if any), its reserve task due for the
+/// worker a minute later, and checks that it was created.
+async fn created(store: &Store, order: &Order, key: Option<&NewKey<'_>>) {
+    let created = store
+        .create_order(
+            order,
+            key,
+            FirstTry::Worker {
+                at: order.created_at + 60_000,
+            },
+            None,
+            u32::MAX,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(created, Created::Order(_)), "{created:?}");
 }
 
 #[tokio::test]
