@@ -27,13 +27,13 @@ use tokio::time::Instant;
 /// The acquire timeout of these pools: the bound under test.
 const ACQUIRE: Duration = Duration::from_millis(300);
 
-/// A scratch database, a pool of one connection on it (so every checkout is
-/// the same one), and a connection of its own to terminate backends from;
-/// `None` when no test Postgres is configured.
-async fn setup() -> Option<(TestDatabase, Database, PgConnection)> {
+/// A scratch database, a pool of `connections` on it (one: every checkout
+/// is the same connection), and a connection of its own to terminate
+/// backends from; `None` when no test Postgres is configured.
+async fn setup(connections: u32) -> Option<(TestDatabase, Database, PgConnection)> {
     let test_db = shopeasy_testkit::postgres().await?;
     let settings = PoolSettings {
-        max_connections: 1,
+        max_connections: connections,
         acquire_timeout_seconds: Seconds::new(ACQUIRE.as_secs_f64()),
         ..PoolSettings::default()
     };
@@ -130,7 +130,7 @@ async fn checkout_of_fresh_corpses<T>(
 
 #[tokio::test]
 async fn within_the_window_one_round_trip_skips_the_ping() {
-    let Some((_test_db, db, mut admin)) = setup().await else {
+    let Some((_test_db, db, mut admin)) = setup(1).await else {
         return;
     };
     let (pids, first) = checkout_of_fresh_corpses(&db, &mut admin, 1, pid_in_one_round_trip).await;
@@ -145,7 +145,7 @@ async fn within_the_window_one_round_trip_skips_the_ping() {
 
 #[tokio::test]
 async fn within_the_window_every_other_checkout_is_still_pinged() {
-    let Some((_test_db, db, mut admin)) = setup().await else {
+    let Some((_test_db, db, mut admin)) = setup(1).await else {
         return;
     };
     let (pids, replaced) = checkout_of_fresh_corpses(&db, &mut admin, 1, async |db: &Database| {
@@ -163,7 +163,7 @@ async fn within_the_window_every_other_checkout_is_still_pinged() {
 
 #[tokio::test]
 async fn past_the_window_one_round_trip_is_pinged_too() {
-    let Some((_test_db, db, mut admin)) = setup().await else {
+    let Some((_test_db, db, mut admin)) = setup(1).await else {
         return;
     };
     let (pids, released) = backends(&db, 1).await;
@@ -178,16 +178,9 @@ async fn past_the_window_one_round_trip_is_pinged_too() {
 
 #[tokio::test]
 async fn one_lost_connection_turns_the_bypass_off_for_the_others() {
-    let Some(test_db) = shopeasy_testkit::postgres().await else {
+    let Some((_test_db, db, mut admin)) = setup(3).await else {
         return;
     };
-    let settings = PoolSettings {
-        max_connections: 3,
-        acquire_timeout_seconds: Seconds::new(ACQUIRE.as_secs_f64()),
-        ..PoolSettings::default()
-    };
-    let db = Database::connect_lazy(test_db.url(), &settings).unwrap();
-    let mut admin = PgConnection::connect(test_db.url()).await.unwrap();
     let (pids, (first, second)) =
         checkout_of_fresh_corpses(&db, &mut admin, 3, async |db: &Database| {
             (
@@ -227,7 +220,7 @@ impl Drop for Resume {
 
 #[tokio::test]
 async fn a_hung_server_is_a_connection_error_within_the_acquire_timeout() {
-    let Some((_test_db, db, _admin)) = setup().await else {
+    let Some((_test_db, db, _admin)) = setup(1).await else {
         return;
     };
     let pid = pid_in_one_round_trip(&db).await.unwrap();
