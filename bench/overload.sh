@@ -9,10 +9,13 @@
 #   bench/overload.sh                                  # defaults
 #   bench/overload.sh --capacity 800 --step-seconds 30 # skip the search
 #   SHOPEASY_BIN=target/release/shopeasy bench/overload.sh --name overload-run2
+#   SYSTEM_CPUS=0 LOAD_CPUS=1 bench/overload.sh         # one core each
 #
 # Extra arguments go to `shopeasy load --sweep` (see `shopeasy load --help`).
-# Both the system and the generator run on this machine and share its cores:
-# the figures compare steps of one run, they are not absolute. Needs curl.
+# Both the system and the generator run on this machine and share its cores
+# (unless SYSTEM_CPUS / LOAD_CPUS give each its own, below; the table shows
+# the cores each kept busy): the figures compare steps of one run, they are
+# not absolute. Needs curl (and taskset to pin).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -48,7 +51,13 @@ export LIMITS__CLIENT_BURST=${LIMITS__CLIENT_BURST:-1000000}
 export LIMITS__CUSTOMER_ORDERS_PER_MINUTE=${LIMITS__CUSTOMER_ORDERS_PER_MINUTE:-10000000}
 export LIMITS__CUSTOMER_ORDER_BURST=${LIMITS__CUSTOMER_ORDER_BURST:-10000000}
 export ORDERS__MAX_OPEN_PER_CUSTOMER=${ORDERS__MAX_OPEN_PER_CUSTOMER:-10000}
-LOG__LEVEL=${LOG__LEVEL:-warn} "$bin" --data-dir "$work/data" >"$work/system.log" 2>&1 &
+# SYSTEM_CPUS / LOAD_CPUS (taskset lists, e.g. 0 and 1): the system and the
+# generator on cores of their own, so a rising offered load does not take
+# the CPU of the system it measures.
+sys_pin=() load_pin=()
+[ -z "${SYSTEM_CPUS:-}" ] || sys_pin=(taskset -c "$SYSTEM_CPUS")
+[ -z "${LOAD_CPUS:-}" ] || load_pin=(taskset -c "$LOAD_CPUS")
+LOG__LEVEL=${LOG__LEVEL:-warn} "${sys_pin[@]}" "$bin" --data-dir "$work/data" >"$work/system.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 300); do
     curl -fs -o /dev/null http://127.0.0.1:9080/health/ready && break
@@ -58,7 +67,7 @@ done
 curl -fs -o /dev/null http://127.0.0.1:9080/health/ready || { echo "the system did not become ready" >&2; exit 1; }
 
 mkdir -p bench/results
-"$bin" load --sweep --target http://127.0.0.1:8080 --inventory http://127.0.0.1:50051 \
+"${load_pin[@]}" "$bin" load --sweep --target http://127.0.0.1:8080 --inventory http://127.0.0.1:50051 \
     --pid "$pid" --out bench/results "$@"
 if grep -q "Too many open files" "$work/system.log"; then
     echo "the system logged 'Too many open files'" >&2

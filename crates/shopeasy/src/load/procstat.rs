@@ -56,6 +56,32 @@ pub fn read(pid: u32, listener_port: Option<u16>) -> ProcStats {
     }
 }
 
+/// CPU time `pid` has used so far (user + system, all its threads), in
+/// seconds; `None` when unreadable. A step's difference over its length is
+/// the cores it kept busy: with the generator on the target's machine,
+/// what the generator takes as the offered load rises is taken from the
+/// target.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    cpu_of_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// `utime + stime` in seconds from the text of `/proc/<pid>/stat`. The
+/// command name (field 2) may hold spaces and parentheses, so the fields
+/// are counted from after its last `)`; the ticks are `USER_HZ`, which
+/// Linux fixes at 100 for this file on every architecture.
+pub fn cpu_of_stat(stat: &str) -> Option<f64> {
+    const USER_HZ: f64 = 100.0;
+    // After ")": state (field 3) … utime (14), stime (15).
+    let mut fields = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    #[allow(clippy::cast_precision_loss)]
+    Some((utime + stime) as f64 / USER_HZ)
+}
+
 /// The inode of a descriptor whose link reads `socket:[inode]`.
 fn socket_inode(link: &str) -> Option<u64> {
     link.strip_prefix("socket:[")?
@@ -120,6 +146,14 @@ mod tests {
     }
 
     #[test]
+    fn cpu_time_is_read_past_a_command_name_with_spaces_and_parentheses() {
+        let stat = "4242 (shop (easy) x) S 1 4242 4242 0 -1 4194560 2171 0 0 0 250 125 0 0 20 0 9 0 123 456 789";
+        assert_eq!(cpu_of_stat(stat), Some(3.75));
+        assert_eq!(cpu_of_stat("4242 (x) S 1"), None, "too few fields");
+        assert_eq!(cpu_of_stat("no parenthesis"), None);
+    }
+
+    #[test]
     fn established_connections_on_the_port_are_counted_when_they_are_ours() {
         // Local 127.0.0.1:8080 (0x1F90): established and ours, established
         // but another process's, listening; and an outgoing connection of
@@ -145,6 +179,22 @@ mod tests {
         let s = read(std::process::id(), Some(port));
         assert!(s.open_fds.is_some_and(|n| n >= 3), "{s:?}");
         assert!(s.rss_kib.is_some_and(|n| n > 0), "{s:?}");
+        // Spin until 30 ms of CPU time show (read in 10 ms ticks, so at
+        // least 20 ms were used): that takes at least 20 ms of wall time, as
+        // one thread cannot use more, and not forever.
+        let before = cpu_seconds(std::process::id()).expect("this process's CPU time");
+        let spin = tokio::time::Instant::now();
+        let mut used = 0.0;
+        while used < 0.03 && spin.elapsed() < std::time::Duration::from_secs(10) {
+            std::hint::black_box((0..10_000_u64).sum::<u64>());
+            used = cpu_seconds(std::process::id()).unwrap() - before;
+        }
+        assert!(used >= 0.03, "10 s of spinning read as {used} s of CPU");
+        assert!(
+            spin.elapsed() >= std::time::Duration::from_millis(15),
+            "30 ms of CPU read after {:?} of wall time",
+            spin.elapsed()
+        );
         assert_eq!(s.client_connections, Some(0), "{s:?}");
         let _a = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await

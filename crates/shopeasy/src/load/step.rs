@@ -93,6 +93,12 @@ pub struct StepResult {
     /// Of `open_fds`, the client connections on the target's listener (the
     /// generator's; see [`procstat`](super::procstat)).
     pub client_connections: Option<u64>,
+    /// Cores the target process kept busy over the step (its CPU time ÷
+    /// the step's length).
+    pub target_cpu: Option<f64>,
+    /// Cores the generator itself kept busy: on a shared machine, taken
+    /// from the target as the offered load rises.
+    pub generator_cpu: Option<f64>,
 }
 
 impl StepResult {

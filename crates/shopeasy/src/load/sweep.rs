@@ -9,7 +9,10 @@
 //!    placements, and report per step: offered, goodput (2xx within
 //!    `--deadline`), shed (503 / 429), no answer, not sent, p50/p99 of
 //!    admitted and of shed answers, and the target process's open
-//!    descriptors (and how many of them are client connections) and RSS.
+//!    descriptors (and how many of them are client connections), its RSS,
+//!    and the cores it and the generator kept busy (on one machine, what
+//!    the generator takes as the load rises is taken from the target;
+//!    `bench/overload.sh` can pin the two to cores of their own).
 //! 3. **Output**: a table on stdout, a CSV and an SVG plot (goodput and
 //!    latency against offered load) under `--out`.
 //! 4. **Gates**: issue 14's "Done when" judged on those figures ([`gates`]);
@@ -183,18 +186,32 @@ pub async fn run(
             eprintln!("sweep: restock failed: {e:#}");
         }
     };
-    let measure = |mut r: StepResult| {
-        let stats = pid.map(|p| procstat::read(p, port)).unwrap_or_default();
-        let ProcStats {
-            open_fds,
-            rss_kib,
-            client_connections,
-        } = stats;
-        r.open_fds = open_fds;
-        r.rss_kib = rss_kib;
-        r.client_connections = client_connections;
-        r
+    let me = std::process::id();
+    let cpu = || {
+        (
+            pid.and_then(procstat::cpu_seconds),
+            procstat::cpu_seconds(me),
+        )
     };
+    let measure =
+        |mut r: StepResult, (target_before, generator_before): (Option<f64>, Option<f64>)| {
+            let stats = pid.map(|p| procstat::read(p, port)).unwrap_or_default();
+            let ProcStats {
+                open_fds,
+                rss_kib,
+                client_connections,
+            } = stats;
+            r.open_fds = open_fds;
+            r.rss_kib = rss_kib;
+            r.client_connections = client_connections;
+            let (target_after, generator_after) = cpu();
+            let cores = |before: Option<f64>, after: Option<f64>| {
+                Some((after? - before?) / r.seconds.max(1e-9))
+            };
+            r.target_cpu = cores(target_before, target_after);
+            r.generator_cpu = cores(generator_before, generator_after);
+            r
+        };
 
     let mut probes = Vec::new();
     let capacity = match args.capacity {
@@ -204,6 +221,7 @@ pub async fn run(
             let mut best = 0.0_f64;
             loop {
                 restock().await;
+                let before = cpu();
                 let r = step::offer(
                     &client,
                     &target,
@@ -213,7 +231,7 @@ pub async fn run(
                     args.max_outstanding,
                 )
                 .await;
-                let r = measure(r);
+                let r = measure(r, before);
                 if !quiet {
                     eprintln!("probe {}", row(&r));
                 }
@@ -237,6 +255,7 @@ pub async fn run(
     let mut steps = Vec::new();
     for (multiplier, rate) in step_rates(capacity, &args.multipliers) {
         restock().await;
+        let before = cpu();
         let mut r = step::offer(
             &client,
             &target,
@@ -247,7 +266,7 @@ pub async fn run(
         )
         .await;
         r.multiplier = multiplier;
-        let r = measure(r);
+        let r = measure(r, before);
         if !quiet {
             eprintln!("step  {}", row(&r));
         }
@@ -347,7 +366,7 @@ fn pause(seconds: f64, max: f64) -> Duration {
 }
 
 /// The CSV's header.
-pub const CSV_HEADER: &str = "multiplier,offered_rps,seconds,sent,not_sent,goodput_rps,good,shed,no_answer,other,admitted_p50_ms,admitted_p99_ms,shed_p50_ms,shed_p99_ms,send_lag_p99_ms,open_fds,client_connections,rss_kib";
+pub const CSV_HEADER: &str = "multiplier,offered_rps,seconds,sent,not_sent,goodput_rps,good,shed,no_answer,other,admitted_p50_ms,admitted_p99_ms,shed_p50_ms,shed_p99_ms,send_lag_p99_ms,open_fds,client_connections,rss_kib,target_cpu_cores,generator_cpu_cores";
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -357,13 +376,17 @@ fn opt(v: Option<u64>) -> String {
     v.map_or_else(String::new, |v| v.to_string())
 }
 
+fn cores(v: Option<f64>) -> String {
+    v.map_or_else(String::new, |v| format!("{v:.2}"))
+}
+
 /// The steps as CSV, one row each.
 pub fn to_csv(steps: &[StepResult]) -> String {
     let mut out = format!("{CSV_HEADER}\n");
     for r in steps {
         let _ = writeln!(
             out,
-            "{},{:.1},{:.2},{},{},{:.1},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{},{},{}",
+            "{},{:.1},{:.2},{},{},{:.1},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{},{},{},{},{}",
             r.multiplier,
             r.offered,
             r.seconds,
@@ -382,6 +405,8 @@ pub fn to_csv(steps: &[StepResult]) -> String {
             opt(r.open_fds),
             opt(r.client_connections),
             opt(r.rss_kib),
+            cores(r.target_cpu),
+            cores(r.generator_cpu),
         );
     }
     out
@@ -390,7 +415,7 @@ pub fn to_csv(steps: &[StepResult]) -> String {
 /// One step as a line of the table.
 pub fn row(r: &StepResult) -> String {
     format!(
-        "{:>4}× offered {:>7.0}/s  goodput {:>7.0}/s  shed {:>6}  no answer {:>5}  not sent {:>5}  other {:>4}  admitted p50/p99 {:>7.1}/{:>7.1} ms  shed p50/p99 {:>6.1}/{:>6.1} ms  send lag p99 {:>5.1} ms  fds {:>5} (clients {:>5})  rss {:>6} KiB",
+        "{:>4}× offered {:>7.0}/s  goodput {:>7.0}/s  shed {:>6}  no answer {:>5}  not sent {:>5}  other {:>4}  admitted p50/p99 {:>7.1}/{:>7.1} ms  shed p50/p99 {:>6.1}/{:>6.1} ms  send lag p99 {:>5.1} ms  fds {:>5} (clients {:>5})  rss {:>6} KiB  cpu target/generator {:>4}/{:>4} cores",
         r.multiplier,
         r.offered,
         r.goodput(),
@@ -406,6 +431,8 @@ pub fn row(r: &StepResult) -> String {
         opt(r.open_fds),
         opt(r.client_connections),
         opt(r.rss_kib),
+        cores(r.target_cpu),
+        cores(r.generator_cpu),
     )
 }
 
@@ -582,6 +609,10 @@ mod tests {
         let over = &sweep.steps[2];
         assert!(over.shed > 0, "3× is shed: {}", row(over));
         assert!(over.open_fds.is_some() && over.rss_kib.is_some());
+        // Target and generator are this one process here: both kept some
+        // CPU busy, and the same amount.
+        let (t, g) = (over.target_cpu.unwrap(), over.generator_cpu.unwrap());
+        assert!(t > 0.0 && (t - g).abs() < 0.05, "{}", row(over));
         // This process is the target here, and the stub's listener is in
         // it: the generator's connections to it are counted.
         assert!(
