@@ -100,6 +100,52 @@ impl Bypass {
     }
 }
 
+/// The histogram of how long SQLite's one writer connection is held per
+/// checkout (a write transaction, or a statement of
+/// [`Database::one_round_trip`]), labelled `database` with the file's stem.
+///
+/// **Why.** On SQLite every write of a service queues for that one
+/// connection, so the sum of these holds per second is the writer's
+/// utilisation (`rate(…_sum[1m])`; 1 is saturated), and an embedded
+/// system's capacity is the busiest writer's. The hold is a commit's whole
+/// span on the connection: each statement's hand-off to SQLite's worker
+/// thread and back, the waits of the task in between, the WAL writes and a
+/// checkpoint when one falls due.
+pub const WRITER_HOLD: &str = "shopeasy_db_writer_hold_duration_seconds";
+
+/// When the writer connection was checked out (`None`: not held, or
+/// handed out fresh, before the hook saw it), for [`WRITER_HOLD`].
+#[derive(Debug)]
+struct WriterHold {
+    since: std::sync::Mutex<Option<tokio::time::Instant>>,
+    held: metrics::Histogram,
+}
+
+impl WriterHold {
+    fn new(database: String) -> Self {
+        Self {
+            since: std::sync::Mutex::new(None),
+            held: metrics::histogram!(WRITER_HOLD, "database" => database),
+        }
+    }
+
+    fn since(&self) -> std::sync::MutexGuard<'_, Option<tokio::time::Instant>> {
+        self.since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn acquired(&self) {
+        *self.since() = Some(tokio::time::Instant::now());
+    }
+
+    fn released(&self) {
+        if let Some(since) = self.since().take() {
+            self.held.record(since.elapsed().as_secs_f64());
+        }
+    }
+}
+
 tokio::task_local! {
     /// Set while [`Database::one_round_trip`] checks a connection out: the
     /// pool's `before_acquire` hook skips the ping for it (within
@@ -164,7 +210,11 @@ impl Database {
         let options: AnyConnectOptions = url.parse()?;
         let statement_timeout = settings.statement_timeout_seconds.get();
         let bypass = Arc::new(Bypass::new());
-        let pool_of = |max_connections: u32| {
+        // Only SQLite's one writer is a queue worth timing.
+        let writer_hold =
+            (backend == Backend::Sqlite).then(|| Arc::new(WriterHold::new(database_label(&url))));
+        let pool_of = |max_connections: u32, hold: Option<Arc<WriterHold>>| {
+            let released = hold.clone();
             AnyPoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(settings.acquire_timeout_seconds.get())
@@ -177,6 +227,9 @@ impl Database {
                 .before_acquire({
                     let bypass = bypass.clone();
                     move |conn, meta| {
+                        if let Some(hold) = &hold {
+                            hold.acquired();
+                        }
                         let answer_checks = meta.idle_for < ALIVE_BYPASS
                             && ANSWER_IS_THE_CHECK.try_with(|()| ()).is_ok()
                             && bypass.allowed();
@@ -187,6 +240,12 @@ impl Database {
                             Ok(true)
                         })
                     }
+                })
+                .after_release(move |_conn, _meta| {
+                    if let Some(hold) = &released {
+                        hold.released();
+                    }
+                    Box::pin(async { Ok(true) })
                 })
                 .after_connect(move |conn, _meta| {
                     Box::pin(async move {
@@ -213,11 +272,14 @@ impl Database {
         };
         let (pool, writer) = match backend {
             Backend::Postgres => {
-                let pool = pool_of(settings.max_connections);
+                let pool = pool_of(settings.max_connections, None);
                 (pool.clone(), pool)
             }
             // A few readers alongside the one writer (WAL).
-            Backend::Sqlite => (pool_of(settings.max_connections.min(4)), pool_of(1)),
+            Backend::Sqlite => (
+                pool_of(settings.max_connections.min(4), None),
+                pool_of(1, writer_hold),
+            ),
         };
         Ok(Self {
             pool,
@@ -414,6 +476,21 @@ pub fn is_transient(e: &sqlx::Error) -> bool {
 }
 
 /// Builds a SQLite URL that creates the file (and its folder) when missing.
+/// The `database` label of a SQLite URL: its file's stem (`order` for
+/// `sqlite:///data/order.db?mode=rwc`), so the label set is the services'
+/// files, never a path.
+fn database_label(url: &str) -> String {
+    let path = url.strip_prefix("sqlite:").unwrap_or(url);
+    let file = path.split_once('?').map_or(path, |(file, _)| file);
+    Path::new(file)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .map_or_else(
+            || "sqlite".to_owned(),
+            |s| s.trim_start_matches(':').trim_end_matches(':').to_owned(),
+        )
+}
+
 fn sqlite_url(rest: &str) -> Result<String, DbError> {
     let path = rest.trim_start_matches("//");
     let (file, query) = path.split_once('?').unwrap_or((path, ""));
@@ -493,6 +570,16 @@ mod tests {
             sqlite_url(":memory:").unwrap(),
             "sqlite://:memory:?mode=rwc"
         );
+    }
+
+    #[test]
+    fn a_writers_label_is_its_files_stem() {
+        assert_eq!(
+            database_label("sqlite:///srv/data/order.db?mode=rwc"),
+            "order"
+        );
+        assert_eq!(database_label("sqlite:/tmp/x/inventory.db"), "inventory");
+        assert_eq!(database_label("sqlite://:memory:?mode=rwc"), "memory");
     }
 
     #[test]

@@ -61,3 +61,86 @@ async fn sqlite_writers_take_the_lock_one_after_another_without_idle_gaps() {
         "the write lock sat free for {idle:?} in all between {ROUNDS} rounds of {WRITERS} queued writers"
     );
 }
+
+/// The `_sum` and `_count` of the writer-hold histogram of `database`, as
+/// `/metrics` renders them.
+fn writer_hold(text: &str, database: &str) -> (f64, u64) {
+    let value = |suffix: &str| {
+        let series = format!(
+            "{}_{suffix}{{database=\"{database}\"}} ",
+            shopeasy_runtime::db::WRITER_HOLD
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+            .trim()
+            .to_owned()
+    };
+    (
+        value("sum").parse().expect("a number"),
+        value("count").parse().expect("a count"),
+    )
+}
+
+#[tokio::test]
+async fn the_writers_hold_is_timed_per_checkout_and_reads_are_not() {
+    let metrics = shopeasy_runtime::telemetry::prometheus();
+    let file = shopeasy_testkit::sqlite();
+    let stem = std::path::Path::new(file.url().trim_start_matches("sqlite:"))
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap()
+        .to_owned();
+    let db = Database::connect_lazy(file.url(), &PoolSettings::default()).unwrap();
+    // The first checkout opens the connection: no hold to time yet.
+    sqlx::query("CREATE TABLE marks (id INTEGER PRIMARY KEY)")
+        .execute(db.writer())
+        .await
+        .unwrap();
+    // sqlx hands a connection back to its pool in a task of its own: wait
+    // (bounded) until the count shows `n`.
+    let settled = async |n: u64| {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let now = writer_hold(&metrics.render(), &stem);
+                if now.1 >= n {
+                    return now;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("the writer's hold count never reached {n}"))
+    };
+    let (sum_before, count_before) = writer_hold(&metrics.render(), &stem);
+
+    let mut tx = db.begin_write().await.unwrap();
+    sqlx::query("INSERT INTO marks (id) VALUES (1)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    // A slow commit: the connection is held across this wait.
+    tokio::time::sleep(HOLD * 5).await;
+    tx.commit().await.unwrap();
+    let (sum, count) = settled(count_before + 1).await;
+    assert_eq!(count, count_before + 1, "one checkout, one hold");
+    assert!(
+        sum - sum_before >= (HOLD * 5).as_secs_f64(),
+        "a 50 ms transaction timed as {} s",
+        sum - sum_before
+    );
+
+    // Reads go through the other pool: not the writer's hold.
+    for _ in 0..3 {
+        let _: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM marks")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    }
+    sqlx::query("INSERT INTO marks (id) VALUES (2)")
+        .execute(db.writer())
+        .await
+        .unwrap();
+    let (_, after) = settled(count + 1).await;
+    assert_eq!(after, count + 1, "three reads and one write: one more hold");
+}
