@@ -85,13 +85,12 @@ fn writer_hold(text: &str, database: &str) -> (f64, u64) {
 #[tokio::test]
 async fn the_writers_hold_is_timed_per_checkout_and_reads_are_not() {
     let metrics = shopeasy_runtime::telemetry::prometheus();
-    let file = shopeasy_testkit::sqlite();
-    let stem = std::path::Path::new(file.url().trim_start_matches("sqlite:"))
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap()
-        .to_owned();
-    let db = Database::connect_lazy(file.url(), &PoolSettings::default()).unwrap();
+    // A file name of its own: the series is labelled by the file's stem,
+    // and other tests of this process write files of their own.
+    let dir = tempfile::tempdir().unwrap();
+    let stem = "writer-hold-test";
+    let url = format!("sqlite:{}/{stem}.db", dir.path().display());
+    let db = Database::connect_lazy(&url, &PoolSettings::default()).unwrap();
     // The first checkout opens the connection: no hold to time yet.
     sqlx::query("CREATE TABLE marks (id INTEGER PRIMARY KEY)")
         .execute(db.writer())
@@ -102,7 +101,7 @@ async fn the_writers_hold_is_timed_per_checkout_and_reads_are_not() {
     let settled = async |n: u64| {
         tokio::time::timeout(Duration::from_secs(5), async {
             loop {
-                let now = writer_hold(&metrics.render(), &stem);
+                let now = writer_hold(&metrics.render(), stem);
                 if now.1 >= n {
                     return now;
                 }
@@ -112,7 +111,7 @@ async fn the_writers_hold_is_timed_per_checkout_and_reads_are_not() {
         .await
         .unwrap_or_else(|_| panic!("the writer's hold count never reached {n}"))
     };
-    let (sum_before, count_before) = writer_hold(&metrics.render(), &stem);
+    let (sum_before, count_before) = writer_hold(&metrics.render(), stem);
 
     let mut tx = db.begin_write().await.unwrap();
     sqlx::query("INSERT INTO marks (id) VALUES (1)")
