@@ -179,9 +179,8 @@ mod tests {
         let s = read(std::process::id(), Some(port));
         assert!(s.open_fds.is_some_and(|n| n >= 3), "{s:?}");
         assert!(s.rss_kib.is_some_and(|n| n > 0), "{s:?}");
-        // Spin until 30 ms of CPU time show (read in 10 ms ticks, so at
-        // least 20 ms were used): that takes at least 20 ms of wall time, as
-        // one thread cannot use more, and not forever.
+        // Spinning shows as CPU time (the scale of a tick is checked on a
+        // fixed text above; other tests' threads may add to this process's).
         let before = cpu_seconds(std::process::id()).expect("this process's CPU time");
         let spin = tokio::time::Instant::now();
         let mut used = 0.0;
@@ -190,11 +189,6 @@ mod tests {
             used = cpu_seconds(std::process::id()).unwrap() - before;
         }
         assert!(used >= 0.03, "10 s of spinning read as {used} s of CPU");
-        assert!(
-            spin.elapsed() >= std::time::Duration::from_millis(15),
-            "30 ms of CPU read after {:?} of wall time",
-            spin.elapsed()
-        );
         assert_eq!(s.client_connections, Some(0), "{s:?}");
         let _a = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
