@@ -214,8 +214,15 @@ impl Database {
         let writer_hold =
             (backend == Backend::Sqlite).then(|| Arc::new(WriterHold::new(database_label(&url))));
         let pool_of = |max_connections: u32, hold: Option<Arc<WriterHold>>| {
-            let released = hold.clone();
-            AnyPoolOptions::new()
+            // The release hook only where a hold is timed: none on other pools.
+            let timed = |options: AnyPoolOptions| match hold.clone() {
+                Some(released) => options.after_release(move |_conn, _meta| {
+                    released.released();
+                    Box::pin(async { Ok(true) })
+                }),
+                None => options,
+            };
+            timed(AnyPoolOptions::new())
                 .max_connections(max_connections)
                 .acquire_timeout(settings.acquire_timeout_seconds.get())
                 // A SQLite file cannot drop a connection: the check would be
@@ -240,12 +247,6 @@ impl Database {
                             Ok(true)
                         })
                     }
-                })
-                .after_release(move |_conn, _meta| {
-                    if let Some(hold) = &released {
-                        hold.released();
-                    }
-                    Box::pin(async { Ok(true) })
                 })
                 .after_connect(move |conn, _meta| {
                     Box::pin(async move {
@@ -475,7 +476,6 @@ pub fn is_transient(e: &sqlx::Error) -> bool {
     )
 }
 
-/// Builds a SQLite URL that creates the file (and its folder) when missing.
 /// The `database` label of a SQLite URL: its file's stem (`order` for
 /// `sqlite:///data/order.db?mode=rwc`), so the label set is the services'
 /// files, never a path.
@@ -491,6 +491,7 @@ fn database_label(url: &str) -> String {
         )
 }
 
+/// Builds a SQLite URL that creates the file (and its folder) when missing.
 fn sqlite_url(rest: &str) -> Result<String, DbError> {
     let path = rest.trim_start_matches("//");
     let (file, query) = path.split_once('?').unwrap_or((path, ""));
