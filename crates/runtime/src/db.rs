@@ -25,7 +25,7 @@ use std::{
     borrow::Cow,
     path::Path,
     sync::{
-        Arc,
+        Arc, OnceLock,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
@@ -38,6 +38,9 @@ use sqlx::{
 };
 
 use crate::settings::common::PoolSettings;
+
+pub mod group_commit;
+pub use group_commit::BoxFuture;
 
 /// A pooled Postgres connection that answered within this long is handed
 /// to [`Database::one_round_trip`] without a ping first (HikariCP's
@@ -189,6 +192,11 @@ pub struct Database {
     backend: Backend,
     /// Whether the checkout ping may be skipped now.
     bypass: Arc<Bypass>,
+    /// SQLite: the queue of [`Database::write`]'s group commits, started
+    /// by the first write (inside the runtime), shared by every clone.
+    group: Arc<OnceLock<group_commit::Queue>>,
+    /// SQLite: the file's stem, the `database` label of its metrics.
+    label: Arc<str>,
 }
 
 impl Database {
@@ -211,8 +219,9 @@ impl Database {
         let statement_timeout = settings.statement_timeout_seconds.get();
         let bypass = Arc::new(Bypass::new());
         // Only SQLite's one writer is a queue worth timing.
+        let label = database_label(&url);
         let writer_hold =
-            (backend == Backend::Sqlite).then(|| Arc::new(WriterHold::new(database_label(&url))));
+            (backend == Backend::Sqlite).then(|| Arc::new(WriterHold::new(label.clone())));
         let pool_of = |max_connections: u32, hold: Option<Arc<WriterHold>>| {
             // The release hook only where a hold is timed: none on other pools.
             let timed = |options: AnyPoolOptions| match hold.clone() {
@@ -287,6 +296,8 @@ impl Database {
             writer,
             backend,
             bypass,
+            group: Arc::new(OnceLock::new()),
+            label: label.into(),
         })
     }
 
@@ -369,6 +380,46 @@ impl Database {
         match self.backend {
             Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await,
             Backend::Postgres => self.writer.begin().await,
+        }
+    }
+
+    /// Runs `work` — the statements of one commit — in a write transaction
+    /// and commits it; `Ok` only once it is committed. `work` returning an
+    /// error stores none of it.
+    ///
+    /// On Postgres this is [`Database::begin_write`], `work`, `COMMIT`. On
+    /// SQLite the write joins a group commit ([`group_commit`]): writes
+    /// queued while the one writer was busy share its next transaction, a
+    /// savepoint each, so they share the WAL pages a commit appends — the
+    /// writer's main cost. Waiting to queue and for the answer are each
+    /// bounded by the pool's acquire timeout (then `PoolTimedOut`, as when
+    /// the writer could not be had); a caller that stops waiting before its
+    /// write began leaves nothing behind.
+    ///
+    /// # Errors
+    /// `work`'s error; a connection error when the transaction could not
+    /// begin or commit (on SQLite: the group's), in which case nothing of
+    /// this write is stored.
+    pub async fn write<T, E, F>(&self, work: F) -> Result<T, E>
+    where
+        F: for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Result<T, E>> + Send + 'static,
+        T: Send + 'static,
+        E: From<sqlx::Error> + Send + 'static,
+    {
+        match self.backend {
+            Backend::Postgres => {
+                let mut tx = self.begin_write().await?;
+                let out = work(&mut tx).await?;
+                tx.commit().await?;
+                Ok(out)
+            }
+            Backend::Sqlite => {
+                let queue = self
+                    .group
+                    .get_or_init(|| group_commit::Queue::start(self.writer.clone(), &self.label));
+                let wait = self.writer.options().get_acquire_timeout();
+                queue.write(work, wait).await
+            }
         }
     }
 

@@ -9,7 +9,7 @@
 //! stalled past its lock and was taken over changes nothing.
 
 use serde::{Deserialize, Serialize};
-use sqlx::{Any, Row};
+use sqlx::{AnyConnection, Row};
 use uuid::Uuid;
 
 use super::{Store, StoreError};
@@ -86,6 +86,39 @@ pub struct NewKey<'a> {
     pub now: i64,
     /// Until when the holder's lock lasts (milliseconds).
     pub lock_until: i64,
+}
+
+/// A [`NewKey`] that owns its parts, for work that outlives the request's
+/// borrow (a commit queued for the writer's next group).
+#[derive(Debug, Clone)]
+pub(super) struct OwnedKey {
+    hold: KeyHold,
+    fingerprint: String,
+    now: i64,
+    lock_until: i64,
+}
+
+impl From<&NewKey<'_>> for OwnedKey {
+    fn from(key: &NewKey<'_>) -> Self {
+        Self {
+            hold: key.hold.clone(),
+            fingerprint: key.fingerprint.to_owned(),
+            now: key.now,
+            lock_until: key.lock_until,
+        }
+    }
+}
+
+impl OwnedKey {
+    /// The key as the store's functions take it.
+    pub(super) fn as_new(&self) -> NewKey<'_> {
+        NewKey {
+            hold: &self.hold,
+            fingerprint: &self.fingerprint,
+            now: self.now,
+            lock_until: self.lock_until,
+        }
+    }
 }
 
 /// What [`decide`] found for an existing key.
@@ -217,7 +250,7 @@ pub(super) fn insert_values(
 /// `response` when the outcome is already known, else `order_created`.
 /// Returns false when the key exists (the caller then asks [`decide`]).
 pub(super) async fn insert(
-    tx: &mut sqlx::Transaction<'static, Any>,
+    tx: &mut AnyConnection,
     key: &NewKey<'_>,
     order_id: Uuid,
     response: Option<&StoredResponse>,
@@ -241,7 +274,7 @@ pub(super) async fn insert(
     .bind(headers)
     .bind(response.map(|r| r.body.as_str()))
     .bind(key.now)
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?
     .rows_affected();
     Ok(inserted == 1)
@@ -254,7 +287,7 @@ pub(super) async fn insert(
 /// that claimed keys alone) is deleted: nothing was done under it.
 pub(super) async fn decide(
     db: &shopeasy_runtime::db::Database,
-    tx: &mut sqlx::Transaction<'static, Any>,
+    tx: &mut AnyConnection,
     key: &NewKey<'_>,
 ) -> Result<Found, StoreError> {
     let row = sqlx::query(db.pick(
@@ -267,7 +300,7 @@ pub(super) async fn decide(
     ))
     .bind(key.hold.customer.as_str())
     .bind(key.hold.key.as_str())
-    .fetch_optional(&mut **tx)
+    .fetch_optional(&mut *tx)
     .await?;
     let Some(row) = row else {
         return Ok(Found::Absent);
@@ -291,7 +324,7 @@ pub(super) async fn decide(
         sqlx::query("DELETE FROM idempotency_keys WHERE customer_id = $1 AND idempotency_key = $2")
             .bind(key.hold.customer.as_str())
             .bind(key.hold.key.as_str())
-            .execute(&mut **tx)
+            .execute(&mut *tx)
             .await?;
         return Ok(Found::Absent);
     };
@@ -305,7 +338,7 @@ pub(super) async fn decide(
     .bind(key.hold.key.as_str())
     .bind(key.lock_until)
     .bind(key.hold.token.as_str())
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?;
     Ok(Found::Claim(Claim::Acquired(Resume::OrderCreated(id))))
 }
@@ -313,7 +346,7 @@ pub(super) async fn decide(
 /// The fenced final write: stores `response` and unlocks the key, only if
 /// `hold` still holds it.
 pub(super) async fn finish(
-    tx: &mut sqlx::Transaction<'static, Any>,
+    tx: &mut AnyConnection,
     hold: &KeyHold,
     response: &StoredResponse,
 ) -> Result<(), StoreError> {
@@ -330,7 +363,7 @@ pub(super) async fn finish(
     .bind(i64::from(response.status))
     .bind(headers)
     .bind(response.body.as_str())
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?
     .rows_affected();
     if changed == 1 {

@@ -1,7 +1,7 @@
 //! The transactional outbox: rows written with their order, claimed by
 //! workers under a lease, given back for later, and removed when done.
 
-use sqlx::{Any, Row};
+use sqlx::{AnyConnection, Row};
 use uuid::Uuid;
 
 use super::keys::{self, KeyHold, StoredResponse};
@@ -230,7 +230,7 @@ pub(super) fn first_lease(first: FirstTry, now: i64) -> (i64, i64) {
 }
 
 pub(super) async fn enqueue(
-    tx: &mut sqlx::Transaction<'static, Any>,
+    tx: &mut AnyConnection,
     id: Uuid,
     action: Action,
     now: i64,
@@ -251,7 +251,7 @@ pub(super) async fn enqueue(
     .bind(next_attempt_at)
     .bind(locked_until)
     .bind(now)
-    .execute(&mut **tx)
+    .execute(&mut *tx)
     .await?;
     Ok(Task {
         order_id: id,

@@ -426,3 +426,95 @@ async fn a_hung_inventory_costs_one_timeout_per_order() {
         app.stop().await;
     }
 }
+
+/// The two turns of commits (a) and (c) the usual placement never takes, on
+/// every backend (SQLite runs each commit as one script): a key row left
+/// without an order is replaced by the new order's key, and an order
+/// cancelled before its reservation's answer gets a `release` row again.
+#[tokio::test]
+async fn an_orderless_key_is_replaced_and_a_late_answer_to_a_cancelled_order_is_released() {
+    for db in all_backends().await {
+        let shop = Shop::new(&[10]).await;
+        let app = TestApp::spawn(shop.settings(db.url())).await;
+        let store = app.orders.store();
+        let raw = shopeasy_runtime::db::Database::connect_lazy(
+            db.url(),
+            &shopeasy_runtime::settings::common::PoolSettings::default(),
+        )
+        .unwrap();
+        let now = now_ms();
+        // An older version claimed keys alone: a row with no order.
+        sqlx::query(
+            "INSERT INTO idempotency_keys (customer_id, idempotency_key, fingerprint, \
+             recovery_point, locked_until, lock_token, created_at) \
+             VALUES ('c-old', 'key-old', 'f', 'started', 0, 'gone', $1)",
+        )
+        .bind(now)
+        .execute(raw.writer())
+        .await
+        .unwrap();
+        let order = Order {
+            id: Uuid::now_v7(),
+            customer_id: "c-old".into(),
+            status: OrderStatus::Pending,
+            items: Vec::new(),
+            total_cents: 0,
+            created_at: now,
+            updated_at: now,
+        };
+        let hold = KeyHold::new("c-old", "key-old");
+        created(
+            store,
+            &order,
+            Some(&NewKey {
+                hold: &hold,
+                fingerprint: "f",
+                now,
+                lock_until: now + 60_000,
+            }),
+        )
+        .await;
+        assert_eq!(
+            store.key_state(&hold, now).await.unwrap(),
+            Claim::InProgress {
+                remaining_ms: 60_000
+            },
+            "{}: the key is the new order's, held by its request",
+            db.name()
+        );
+        let owner: Option<String> = sqlx::query_scalar(
+            "SELECT order_id FROM idempotency_keys \
+             WHERE customer_id = 'c-old' AND idempotency_key = 'key-old'",
+        )
+        .fetch_one(raw.pool())
+        .await
+        .unwrap();
+        assert_eq!(owner, Some(order.id.to_string()), "{}", db.name());
+
+        // Cancelled while pending; its release done; then Inventory's late
+        // answer says the stock was reserved: it must be released again.
+        let release = store
+            .cancel(order.id, now, now + 60_000)
+            .await
+            .unwrap()
+            .expect("a release task");
+        store.finish_task(&release).await.unwrap();
+        assert_eq!(store.task(order.id, Action::Release).await.unwrap(), None);
+        let status = store
+            .record_reservation(order.id, None, now + 1)
+            .await
+            .unwrap();
+        assert_eq!(status, OrderStatus::Cancelled, "{}", db.name());
+        assert!(
+            store
+                .task(order.id, Action::Release)
+                .await
+                .unwrap()
+                .is_some(),
+            "{}: the late reservation is released",
+            db.name()
+        );
+        assert_eq!(store.task(order.id, Action::Reserve).await.unwrap(), None);
+        app.stop().await;
+    }
+}
