@@ -120,12 +120,6 @@ fn not_stored(why: &str) -> sqlx::Error {
 #[derive(Debug)]
 pub(super) struct Queue(mpsc::Sender<Box<dyn Write>>);
 
-impl std::fmt::Debug for dyn Write {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a queued write")
-    }
-}
-
 impl Queue {
     /// Starts the combiner on `writer` (the one-connection pool) of the
     /// database labelled `database` in metrics.
