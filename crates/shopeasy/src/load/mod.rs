@@ -14,11 +14,13 @@
 //! `POST /api/session` before the load starts (or reads `--token-file`),
 //! and each order carries one of their tokens, picked at random.
 //!
-//! Modules: [`step`] (one open-loop step and its counts), [`sweep`] (the
+//! Modules: [`step`] (one open-loop step and its counts), [`pace`] (waiting
+//! for each intended start, to well under a millisecond), [`sweep`] (the
 //! search and the steps), [`plot`] (the SVG), [`procstat`] (the target's
 //! descriptors and RSS), [`restock`] (stock before each step), [`signin`]
 //! (the customers the load acts as).
 
+pub mod pace;
 pub mod plot;
 pub mod procstat;
 pub mod restock;
@@ -307,10 +309,11 @@ pub async fn run_live(args: &LoadArgs, live: &Live) -> anyhow::Result<Summary> {
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     let mut next_progress = start + Duration::from_secs(1);
+    let mut pacer = pace::Pacer::new();
     for i in 0..total {
         let intended = start + interval.mul_f64(i as f64);
         tokio::select! {
-            () = tokio::time::sleep_until(intended) => {}
+            () = pacer.until(intended) => {}
             () = live.stop.cancelled() => break,
         }
         live.sent.fetch_add(1, Ordering::Relaxed);

@@ -201,10 +201,11 @@ pub async fn offer(
     let mut tasks = tokio::task::JoinSet::new();
     let mut not_sent = 0;
     let start = Instant::now();
+    let mut pacer = super::pace::Pacer::new();
     for i in 0..total {
         #[allow(clippy::cast_precision_loss)]
         let intended = start + interval.mul_f64(i as f64);
-        tokio::time::sleep_until(intended).await;
+        pacer.until(intended).await;
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             not_sent += 1;
             continue;
