@@ -10,6 +10,10 @@
 //! high-resolution clock: what is left of the lag is scheduling, and the
 //! step still measures and reports it. Elsewhere, or when no `timerfd` can
 //! be made, tokio's timer.
+//!
+//! The `timerfd` runs on the OS clock, so tokio's paused clock (which the
+//! workspace's tests use elsewhere) does not drive it: nothing that paces
+//! with it is tested on a paused clock.
 
 use tokio::time::Instant;
 
