@@ -136,6 +136,17 @@ impl Fixture {
         self.downstream_retries("inventory", outcome).await
     }
 
+    /// Order's calls to Inventory that ended with `outcome` (after their
+    /// retries): the count of
+    /// `shopeasy_downstream_request_duration_seconds{target="inventory",outcome}`.
+    pub async fn inventory_call_outcome(&self, outcome: &str) -> f64 {
+        self.counter(
+            "shopeasy_downstream_request_duration_seconds_count",
+            &[("target", "inventory"), ("outcome", outcome)],
+        )
+        .await
+    }
+
     /// `shopeasy_product_cache_requests_total{kind="item",result}`: the
     /// product service's read cache, one product at a time.
     pub async fn product_cache(&self, result: &str) -> f64 {
