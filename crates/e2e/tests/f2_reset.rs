@@ -145,18 +145,27 @@ async fn f2_order_inventory_downstream_reset_is_retried_as_unavailable() {
     let retries = f.inventory_retries().await;
     let deadline_stops = f.inventory_retry_outcome("deadline_exhausted").await;
     let budget_stops = f.inventory_retry_outcome("budget_exhausted").await;
-    let timeouts = f.inventory_call_outcome("timeout").await;
-    let unavailable = f.inventory_call_outcome("unavailable").await;
+    let calls = f.inventory_call_outcomes().await;
     f.pending(&id, 3).await;
     let retried = f.inventory_retries().await - retries;
     let stopped = f.inventory_retry_outcome("deadline_exhausted").await - deadline_stops;
-    let timed_out = f.inventory_call_outcome("timeout").await - timeouts;
-    let gave_up = f.inventory_call_outcome("unavailable").await - unavailable;
-    // The call ended one of the two ways (the outbox worker's own tries
-    // from here on may add to either).
+    // How the calls since ended (the outbox worker's own tries from here on
+    // may add to them).
+    let ended: std::collections::BTreeMap<String, f64> = f
+        .inventory_call_outcomes()
+        .await
+        .into_iter()
+        .map(|(outcome, n)| {
+            let before = calls.get(&outcome).copied().unwrap_or(0.0);
+            (outcome, n - before)
+        })
+        .filter(|(_, n)| *n > 0.0)
+        .collect();
+    let timed_out = ended.get("timeout").copied().unwrap_or(0.0);
+    let gave_up = ended.get("unavailable").copied().unwrap_or(0.0);
     assert!(
         timed_out + gave_up >= 1.0,
-        "the reservation call ended, timed out or unavailable"
+        "the reservation call ended, timed out or unavailable: {ended:?}"
     );
     // Not allowed, but named when the assertion fails.
     let budget = f.inventory_retry_outcome("budget_exhausted").await - budget_stops;
@@ -164,12 +173,15 @@ async fn f2_order_inventory_downstream_reset_is_retried_as_unavailable() {
     // deadline left no room for the second one: then either the retry's
     // delay would have reached it (counted `deadline_exhausted`), or the
     // first retry itself ran into it and timed out, after which the policy
-    // never retries (the call ends `timeout`). Seen twice in CI: one retry,
-    // no `deadline_exhausted` (the call's outcome was not read then).
+    // never retries (the call ends `timeout`). A retry queued on the
+    // connection the reset had just closed is never written and comes back
+    // CANCELLED: a connection failure too, retried and counted
+    // `unavailable` (it ended this test as `error` about one run in ten on
+    // a busy machine, before the policy knew it).
     assert!(
         retried == 2.0 || (retried == 1.0 && (stopped >= 1.0 || timed_out >= 1.0)),
-        "A(3): retried {retried}, deadline_exhausted {stopped}, call timed out {timed_out}, \
-         budget_exhausted {budget}"
+        "A(3): retried {retried}, deadline_exhausted {stopped}, budget_exhausted {budget}, \
+         calls ended {ended:?}"
     );
     f.cluster.stop().await;
 }

@@ -29,7 +29,7 @@
 use std::fmt;
 
 use crate::error::{CircuitOpen, Overloaded, find, is_timeout};
-use crate::retry::is_io_connection_error;
+use crate::retry::is_connection_failure;
 use crate::throttle::Throttled;
 
 /// One value of the `outcome` label (see the module docs).
@@ -111,7 +111,7 @@ impl Outcome {
             Self::Throttled
         } else if is_timeout(err) || grpc_timeout(err) {
             Self::Timeout
-        } else if grpc_unavailable(err) || is_io_connection_error(err) {
+        } else if grpc_unavailable(err) || is_connection_failure(err) {
             Self::Unavailable
         } else {
             Self::Error

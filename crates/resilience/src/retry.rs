@@ -77,8 +77,9 @@ pub trait RetryPolicy<Req, Res, E> {
 
 /// Inventory's policy (SPEC §5): retry only connection failures —
 /// `UNAVAILABLE`, a refused or reset connection surfacing as an I/O error,
-/// and tonic's `UNKNOWN` "transport error" over a connection reset mid-call
-/// (safe because the calls it guards are idempotent) —
+/// tonic's `UNKNOWN` "transport error" over a connection reset mid-call
+/// (safe because the calls it guards are idempotent), and tonic's
+/// `CANCELLED` over a call that was never written ([`is_unsent`]) —
 /// honouring `grpc-retry-pushback-ms` (a negative or malformed
 /// pushback means "do not retry", as in gRPC's retry design), and never
 /// after a timeout, an open circuit or a shed call.
@@ -100,7 +101,7 @@ impl GrpcUnavailablePolicy {
         let Some(status) = crate::error::find::<tonic::Status>(err) else {
             // A transport that reports a refused or reset connection as an
             // I/O error rather than `UNAVAILABLE`.
-            return if is_io_connection_error(err) {
+            return if is_connection_failure(err) {
                 Decision::Retry
             } else {
                 Decision::Stop
@@ -108,11 +109,16 @@ impl GrpcUnavailablePolicy {
         };
         if status.code() != tonic::Code::Unavailable {
             // tonic reports a connection reset or closed mid-call as UNKNOWN
-            // "transport error" with the I/O error as its source: that is a
-            // connection failure too (FAULTS.md F2), safe to retry because
-            // the calls this policy guards are idempotent.
-            let reset = status.code() == tonic::Code::Unknown && is_io_connection_error(err);
-            return if reset {
+            // "transport error" with the I/O error as its source, and a call
+            // queued for a connection that closed before writing it (a retry
+            // right after a reset, say) as CANCELLED with hyper's "canceled"
+            // as its source. Both are connection failures (FAULTS.md F2),
+            // safe to retry: the calls this policy guards are idempotent, and
+            // the second was never sent. A status the server sent has no
+            // such source.
+            let transport = matches!(status.code(), tonic::Code::Unknown | tonic::Code::Cancelled)
+                && is_connection_failure(err);
+            return if transport {
                 Decision::Retry
             } else {
                 Decision::Stop
@@ -239,6 +245,29 @@ fn retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
     }
     let at = httpdate::parse_http_date(value).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// Whether `err` means the connection failed, so the call got no answer:
+/// an I/O error of a failed connection ([`is_io_connection_error`]) or,
+/// with the `grpc` feature, a call that was never written ([`is_unsent`]).
+pub fn is_connection_failure(err: &(dyn std::error::Error + 'static)) -> bool {
+    is_io_connection_error(err) || is_unsent(err)
+}
+
+/// Whether `err`'s chain holds hyper's "canceled": the client never wrote
+/// the request — it was queued for a connection that then closed
+/// ("connection closed"), or the connection was not ready. hyper raises it
+/// only for a request "never even started, so it's safe" to send again;
+/// tonic reports it as `CANCELLED` "operation was canceled".
+#[cfg(feature = "grpc")]
+pub fn is_unsent(err: &(dyn std::error::Error + 'static)) -> bool {
+    crate::error::find::<hyper::Error>(err).is_some_and(hyper::Error::is_canceled)
+}
+
+/// Without the `grpc` feature no hyper client is in the chain: never.
+#[cfg(not(feature = "grpc"))]
+pub fn is_unsent(_err: &(dyn std::error::Error + 'static)) -> bool {
+    false
 }
 
 /// Whether `err`'s chain holds an I/O error meaning the connection failed.

@@ -99,7 +99,7 @@ impl CacheError {
         let grpc_unavailable = false;
         if is_timeout(e)
             || is_rejected(e)
-            || crate::retry::is_io_connection_error(e)
+            || crate::retry::is_connection_failure(e)
             || grpc_unavailable
         {
             Self::unavailable(err)

@@ -10,6 +10,7 @@ use std::time::Duration;
 use shopeasy_resilience::backoff::{Backoff, Jitter};
 use shopeasy_resilience::budget::{BudgetConfig, RetryBudget};
 use shopeasy_resilience::deadline::{Call, Deadline, DeadlineLayer};
+use shopeasy_resilience::outcome::Outcome;
 use shopeasy_resilience::retry::{
     Decision, GrpcUnavailablePolicy, HttpRetryPolicy, RetryLayer, RetryPolicy,
 };
@@ -463,4 +464,39 @@ fn a_connection_reset_mid_call_is_retried_but_other_unknown_errors_are_not() {
         GrpcUnavailablePolicy::classify_error(&internal),
         Decision::Stop
     );
+}
+
+/// hyper's "canceled", made for real: a request handed to a connection
+/// whose peer has gone and whose task has ended, so it is never written.
+async fn unsent_request_error() -> hyper::Error {
+    let (ours, theirs) = tokio::io::duplex(1024);
+    drop(theirs);
+    let (mut send, connection) =
+        hyper::client::conn::http1::handshake::<_, String>(hyper_util::rt::TokioIo::new(ours))
+            .await
+            .expect("handshake");
+    let _ = connection.await;
+    send.send_request(http::Request::new(String::new()))
+        .await
+        .expect_err("the connection has ended")
+}
+
+#[tokio::test]
+async fn a_call_never_written_to_a_closed_connection_is_retried_and_counted_unavailable() {
+    // What tonic answers when a call is queued for a connection that closes
+    // before writing it: a retry right after a reset, say (seen through the
+    // fault proxy's `reset_peer` downstream on a loaded machine).
+    let unsent = unsent_request_error().await;
+    assert!(unsent.is_canceled(), "{unsent:?}");
+    let status = tonic::Status::from_error(Box::new(unsent));
+    assert_eq!(status.code(), tonic::Code::Cancelled, "{status:?}");
+    assert_eq!(
+        GrpcUnavailablePolicy::classify_error(&status),
+        Decision::Retry
+    );
+    assert_eq!(Outcome::of_error(&status), Outcome::Unavailable);
+    // A CANCELLED the server sent carries no transport error: final.
+    let sent = tonic::Status::cancelled("operation was canceled");
+    assert_eq!(GrpcUnavailablePolicy::classify_error(&sent), Decision::Stop);
+    assert_eq!(Outcome::of_error(&sent), Outcome::Error);
 }

@@ -136,15 +136,17 @@ impl Fixture {
         self.downstream_retries("inventory", outcome).await
     }
 
-    /// Order's calls to Inventory that ended with `outcome` (after their
-    /// retries): the count of
+    /// Order's calls to Inventory so far by how they ended (after their
+    /// retries): the counts of
     /// `shopeasy_downstream_request_duration_seconds{target="inventory",outcome}`.
-    pub async fn inventory_call_outcome(&self, outcome: &str) -> f64 {
-        self.counter(
+    pub async fn inventory_call_outcomes(&self) -> std::collections::BTreeMap<String, f64> {
+        let page = Metrics::parse(&self.metrics(Service::Gateway).await);
+        page.matching(
             "shopeasy_downstream_request_duration_seconds_count",
-            &[("target", "inventory"), ("outcome", outcome)],
+            &[("target", "inventory")],
         )
-        .await
+        .filter_map(|s| Some((s.label("outcome")?.to_owned(), s.value)))
+        .collect()
     }
 
     /// `shopeasy_product_cache_requests_total{kind="item",result}`: the
