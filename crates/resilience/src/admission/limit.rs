@@ -111,7 +111,7 @@ impl Default for LimitConfig {
     fn default() -> Self {
         Self {
             initial: 64,
-            min: 4,
+            min: 16,
             max: 1000,
             min_rtt_interval: Self::DEFAULT_MIN_RTT_INTERVAL,
         }

@@ -56,7 +56,16 @@ pub struct AdmissionSettings {
     pub enabled: bool,
     /// The limit at start, and what it recovers to under light load.
     pub initial_limit: u32,
-    /// The limit never falls below this.
+    /// The limit never falls below this; also the concurrency at which
+    /// the minimum RTT is measured. 16 rather than Envoy's 3 (Netflix's
+    /// Gradient2 floors at 20): under overload the refusals' own CPU
+    /// stretches every admitted request's service time, the gradient reads
+    /// that as queueing and, with a floor of 4, pushed the gateway's limit
+    /// to 5–15 — too few orders in flight for SQLite's group commit to
+    /// batch. With 16, in three interleaved pairs at 3× / 5× of capacity,
+    /// goodput rose 21–55 % / 18–38 % with admitted p99 alike (60–93 ms
+    /// against 58–77) and admitted p50 about doubled (21–25 ms against
+    /// 10–14).
     pub min_limit: u32,
     /// The limit never grows above this.
     pub max_limit: u32,
@@ -90,7 +99,7 @@ impl Default for AdmissionSettings {
         Self {
             enabled: true,
             initial_limit: 64,
-            min_limit: 4,
+            min_limit: 16,
             max_limit: 1000,
             min_rtt_interval_seconds: Seconds::new(5.0),
             queue_size: 64,
