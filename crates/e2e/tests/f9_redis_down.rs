@@ -15,7 +15,7 @@ mod support;
 
 use std::{sync::Arc, time::Duration};
 
-use shopeasy_e2e::Service;
+use shopeasy_e2e::{Options, Service};
 use shopeasy_runtime::settings::Seconds;
 use shopeasy_testkit::{Metrics, assert_eventually};
 use support::{
@@ -50,6 +50,22 @@ async fn tap_product_postgres(f: &Fixture) -> PgTap {
     tap
 }
 
+/// Holds gateway's and product's adaptive concurrency limits at 64 or more,
+/// above every cell's concurrent readers. Reads that turn 50× slower once
+/// Redis is down make a limit that has learnt the cached reads' minimum RTT
+/// fall to its floor and refuse the excess while it learns the new one;
+/// these cells are about single flight and the pool, and admission has its
+/// own tests.
+fn hold_admission_above_the_readers(o: &mut Options) {
+    for admission in [
+        &mut o.gateway.process.admission,
+        &mut o.product.process.admission,
+    ] {
+        admission.min_limit = 64;
+        admission.initial_limit = admission.initial_limit.max(64);
+    }
+}
+
 /// `n` concurrent `GET path` through the gateway, released together.
 async fn burst(f: &Fixture, path: &str, n: usize) -> Vec<shopeasy_e2e::Answer> {
     let barrier = Arc::new(tokio::sync::Barrier::new(n));
@@ -73,22 +89,9 @@ async fn burst(f: &Fixture, path: &str, n: usize) -> Vec<shopeasy_e2e::Answer> {
 /// concurrent with the read it shares.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f9_redis_down_single_flight_makes_a_burst_one_query() {
-    // Reads slowed to 50 ms per round trip shrink the adaptive concurrency
-    // limit below 50, and admission would let the burst in in waves: each
-    // wave after the shared read ended starts a read of its own. This cell
-    // is about single flight, so the limit is held above the burst here
-    // (admission has its own tests).
-    let Some(f) = Fixture::start(|o| {
-        for admission in [
-            &mut o.gateway.process.admission,
-            &mut o.product.process.admission,
-        ] {
-            admission.min_limit = 64;
-            admission.initial_limit = admission.initial_limit.max(64);
-        }
-    })
-    .await
-    else {
+    // Reads slowed to 50 ms per round trip would shrink the adaptive limit
+    // below 50 and let the burst in in waves, each starting a read of its own.
+    let Some(f) = Fixture::start(hold_admission_above_the_readers).await else {
         return;
     };
     let tap = tap_product_postgres(&f).await;
@@ -140,20 +143,9 @@ async fn f9_redis_down_postgres_load_stays_within_the_pool() {
     // comparison. While Redis is down, every read arriving when the 1 s
     // rest ends waits for the probe (the client's reconnect is in its
     // backoff), so that timeout is part of the p99 budget below.
-    //
-    // The limit is held above the 24 readers, as in the single-flight cell:
-    // reads 50× slower once Redis is down make an adaptive limit that has
-    // learnt the cached reads' minimum RTT fall to its floor and refuse the
-    // excess while it learns the new one. This cell is about the pool.
     let Some(f) = Fixture::start(|o| {
         o.product.cache.redis.timeout_seconds = Seconds::new(0.2);
-        for admission in [
-            &mut o.gateway.process.admission,
-            &mut o.product.process.admission,
-        ] {
-            admission.min_limit = 64;
-            admission.initial_limit = admission.initial_limit.max(64);
-        }
+        hold_admission_above_the_readers(o);
     })
     .await
     else {
