@@ -74,7 +74,19 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Ok(runtime) = tokio::runtime::Runtime::new() else {
+    // The load generator runs on one thread: it shares the machine with the
+    // system it measures, and on a multi-threaded runtime a third of its CPU
+    // went to its workers waking and parking each other (futex, context
+    // switches) — CPU taken from the system under test. One thread sends
+    // tens of thousands of requests a second, and its pacing and every
+    // latency are measured the same way.
+    let runtime = match cli.command {
+        Some(Command::Load(_)) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        _ => tokio::runtime::Runtime::new(),
+    };
+    let Ok(runtime) = runtime else {
         eprintln!("shopeasy: cannot start the async runtime");
         return ExitCode::FAILURE;
     };

@@ -14,12 +14,14 @@
 //! `POST /api/session` before the load starts (or reads `--token-file`),
 //! and each order carries one of their tokens, picked at random.
 //!
-//! Modules: [`step`] (one open-loop step and its counts), [`pace`] (waiting
-//! for each intended start, to well under a millisecond), [`sweep`] (the
-//! search and the steps), [`plot`] (the SVG), [`procstat`] (the target's
-//! descriptors and RSS), [`restock`] (stock before each step), [`signin`]
-//! (the customers the load acts as).
+//! Modules: [`step`] (one open-loop step and its counts), [`client`] (how
+//! a step sends, at as little cost to the shared machine as it can),
+//! [`pace`] (waiting for each intended start, to well under a
+//! millisecond), [`sweep`] (the search and the steps), [`plot`] (the SVG),
+//! [`procstat`] (the target's descriptors and RSS), [`restock`] (stock
+//! before each step), [`signin`] (the customers the load acts as).
 
+pub mod client;
 pub mod pace;
 pub mod plot;
 pub mod procstat;

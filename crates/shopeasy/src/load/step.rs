@@ -7,15 +7,13 @@
 //! apart: a request it could not send because `max_outstanding` requests
 //! were already waiting is *not sent*, never "no answer".
 
-use std::{sync::Arc, time::Duration};
-
-use serde_json::json;
-
-use super::signin::Customers;
-use tokio::{
-    sync::{Mutex, Semaphore},
-    time::Instant,
+use std::{
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
 };
+
+use super::{client::StepClient, signin::Customers};
+use tokio::{sync::Semaphore, time::Instant};
 
 /// How one request ended, for the step's counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,12 +178,10 @@ pub fn pick(seed: u64, i: u64, n: usize) -> usize {
     usize::try_from(z % (n.max(1) as u64)).unwrap_or(0)
 }
 
-/// Offers `rate` requests per second for `duration` to `target` through
-/// `client`, at most `max_outstanding` waiting at once, each given up after
-/// `deadline`.
+/// Offers `rate` requests per second for `duration` through `client`, at
+/// most `max_outstanding` waiting at once, each given up after `deadline`.
 pub async fn offer(
-    client: &reqwest::Client,
-    target: &Target,
+    client: &StepClient,
     rate: f64,
     duration: Duration,
     deadline: Duration,
@@ -194,6 +190,7 @@ pub async fn offer(
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let total = (rate * duration.as_secs_f64()).round() as u64;
     let interval = Duration::from_secs_f64(1.0 / rate);
+    // A std mutex: the critical section is a push, never held across an await.
     let answers = Arc::new(Mutex::new(Vec::with_capacity(
         usize::try_from(total).unwrap_or(0),
     )));
@@ -210,45 +207,28 @@ pub async fn offer(
             not_sent += 1;
             continue;
         };
-        let request = request(client, target, i);
-        let sink = answers.clone();
+        let request = client.request(i);
+        let (client, sink) = (client.clone(), answers.clone());
         tasks.spawn(async move {
             // How late the generator is: its timer's wake-up and this task's
             // first poll, before anything is sent.
             let lag = intended.elapsed();
             // The deadline runs from the intended start, as the latency does.
-            let status = tokio::time::timeout_at(intended + deadline, async {
-                let res = request.send().await.ok()?;
-                let status = res.status().as_u16();
-                res.bytes().await.ok()?;
-                Some(status)
-            })
-            .await
-            .unwrap_or_default();
+            let status = tokio::time::timeout_at(intended + deadline, client.send(request))
+                .await
+                .unwrap_or_default();
             drop(permit);
-            sink.lock().await.push((status, intended.elapsed(), lag));
+            let answer = (status, intended.elapsed(), lag);
+            sink.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(answer);
         });
         while tasks.try_join_next().is_some() {}
     }
     let seconds = start.elapsed().as_secs_f64();
     while tasks.join_next().await.is_some() {}
-    let answers = answers.lock().await;
+    let answers = answers.lock().unwrap_or_else(PoisonError::into_inner);
     StepResult::from_answers(rate, seconds, not_sent, &answers, deadline)
-}
-
-fn request(client: &reqwest::Client, target: &Target, i: u64) -> reqwest::RequestBuilder {
-    let base = &target.base;
-    if target.products.is_empty() {
-        return client.get(format!("{base}/api/products?limit=20"));
-    }
-    let n = target.products.len() as u64;
-    let product = &target.products[usize::try_from(i % n).unwrap_or(0)];
-    let order = client
-        .post(format!("{base}/api/orders"))
-        .header("idempotency-key", uuid::Uuid::new_v4().to_string())
-        .json(&json!({"items": [{"product_id": product, "quantity": 1}]}));
-    let customer = pick(target.seed, i, target.customers.len());
-    target.customers.authorize(order, customer)
 }
 
 #[cfg(test)]

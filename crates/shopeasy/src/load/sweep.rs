@@ -27,6 +27,7 @@ use std::{fmt::Write as _, path::PathBuf, time::Duration};
 use anyhow::Context as _;
 
 use super::{
+    client::StepClient,
     plot,
     procstat::{self, ProcStats},
     signin::{self, SignInArgs},
@@ -155,12 +156,16 @@ pub async fn run(
     } else {
         signin::sign_in(&client, &base, sign_in).await?
     };
-    let target = Target {
-        base,
-        products,
-        customers,
-        seed,
-    };
+    let step_client = StepClient::new(
+        Target {
+            base,
+            products,
+            customers,
+            seed,
+        },
+        args.max_outstanding.min(1024),
+    )?;
+    let target = step_client.target();
     let pid = args.pid.or_else(procstat::find_shopeasy);
     // The listener whose accepted connections are the generator's own.
     let port = reqwest::Url::parse(&target.base)
@@ -223,8 +228,7 @@ pub async fn run(
                 restock().await;
                 let before = cpu();
                 let r = step::offer(
-                    &client,
-                    &target,
+                    &step_client,
                     rate,
                     Duration::from_secs_f64(args.probe_seconds),
                     deadline,
@@ -257,8 +261,7 @@ pub async fn run(
         restock().await;
         let before = cpu();
         let mut r = step::offer(
-            &client,
-            &target,
+            &step_client,
             rate,
             Duration::from_secs_f64(args.step_seconds),
             deadline,

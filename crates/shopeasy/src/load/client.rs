@@ -1,0 +1,158 @@
+//! The step's HTTP client: hyper-util's pooled HTTP/1 client, each request
+//! put together from parts made once.
+//!
+//! **Why not reqwest here** (the rest of `load` uses it). The generator
+//! shares the machine with the system it measures, so every microsecond it
+//! spends per request is taken from that system, more as the offered load
+//! rises (the sweep's `generator_cpu_cores` column). Per request reqwest
+//! formats and parses a URL, serialises the body and builds its own request
+//! and response types over the same hyper-util client; here the URIs, the
+//! bodies (one per product) and the customers' `Authorization` values are
+//! made once, and a request is a few reference-count bumps, a fresh
+//! idempotency key and the send. The README's figures give what it saved.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Uri, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::{
+    client::legacy::{Client, connect::HttpConnector},
+    rt::TokioExecutor,
+};
+use serde_json::json;
+
+use super::step::{Target, pick};
+
+/// Sends a step's requests to its [`Target`].
+#[derive(Debug, Clone)]
+pub struct StepClient {
+    client: Client<HttpConnector, Full<Bytes>>,
+    target: Target,
+    /// `GET /api/products?limit=20`: what a step without products sends.
+    read: Uri,
+    /// `POST /api/orders`.
+    order: Uri,
+    /// The order body of each of `target.products`, in their order.
+    bodies: Vec<Bytes>,
+}
+
+impl StepClient {
+    /// A client for `target`, keeping at most `max_idle` idle connections.
+    ///
+    /// # Errors
+    /// When the target's base URL does not make a URI.
+    pub fn new(target: Target, max_idle: usize) -> anyhow::Result<Self> {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(max_idle)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        let read = format!("{}/api/products?limit=20", target.base).parse()?;
+        let order = format!("{}/api/orders", target.base).parse()?;
+        let bodies = target
+            .products
+            .iter()
+            .map(|p| Bytes::from(json!({"items": [{"product_id": p, "quantity": 1}]}).to_string()))
+            .collect();
+        Ok(Self {
+            client,
+            target,
+            read,
+            order,
+            bodies,
+        })
+    }
+
+    /// What it sends to.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Request `i` of a step: a read when there is no product, else an
+    /// order of product `i % n` by the customer [`pick`] names, under a
+    /// fresh idempotency key.
+    pub fn request(&self, i: u64) -> Request<Full<Bytes>> {
+        let n = self.bodies.len() as u64;
+        if n == 0 {
+            let mut request = Request::new(Full::default());
+            *request.uri_mut() = self.read.clone();
+            return request;
+        }
+        let body = self.bodies[usize::try_from(i % n).unwrap_or(0)].clone();
+        let mut request = Request::new(Full::new(body));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = self.order.clone();
+        let headers = request.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let mut key = uuid::Uuid::encode_buffer();
+        let key = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut key);
+        if let Ok(key) = HeaderValue::from_str(key) {
+            headers.insert("idempotency-key", key);
+        }
+        let customers = &self.target.customers;
+        if let Some(bearer) = customers.bearer(pick(self.target.seed, i, customers.len())) {
+            headers.insert(header::AUTHORIZATION, bearer.clone());
+        }
+        request
+    }
+
+    /// Sends `request` and reads the whole answer: its status, or `None`
+    /// when the connection failed.
+    pub async fn send(&self, request: Request<Full<Bytes>>) -> Option<u16> {
+        let response = self.client.request(request).await.ok()?;
+        let status = response.status().as_u16();
+        response.into_body().collect().await.ok()?;
+        Some(status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::signin::Customers;
+
+    fn target(products: &[&str]) -> Target {
+        Target {
+            base: "http://127.0.0.1:8080".to_owned(),
+            products: products.iter().map(|p| (*p).to_owned()).collect(),
+            customers: Customers::from_tokens(["a".to_owned(), "b".to_owned()]).unwrap(),
+            seed: 3,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_order_carries_its_product_a_fresh_key_and_the_picked_customer() {
+        let client = StepClient::new(target(&["p1", "p\"2"]), 8).unwrap();
+        let first = client.request(1);
+        assert_eq!(first.method(), Method::POST);
+        assert_eq!(first.uri(), "http://127.0.0.1:8080/api/orders");
+        assert_eq!(first.headers()[header::CONTENT_TYPE], "application/json");
+        let bearer = client.target().customers.bearer(pick(3, 1, 2)).unwrap();
+        assert_eq!(&first.headers()[header::AUTHORIZATION], bearer);
+        let key = first.headers()["idempotency-key"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(uuid::Uuid::parse_str(&key).is_ok(), "{key}");
+        let again = client.request(1);
+        assert_ne!(again.headers()["idempotency-key"], key.as_str(), "fresh");
+        let body = first.into_body().collect().await.unwrap().to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["items"][0]["product_id"], "p\"2", "escaped, i % n");
+        assert_eq!(body["items"][0]["quantity"], 1);
+    }
+
+    #[tokio::test]
+    async fn without_products_a_request_reads_the_catalogue() {
+        let client = StepClient::new(target(&[]), 8).unwrap();
+        let read = client.request(5);
+        assert_eq!(read.method(), Method::GET);
+        assert_eq!(read.uri(), "http://127.0.0.1:8080/api/products?limit=20");
+        assert!(!read.headers().contains_key(header::AUTHORIZATION));
+    }
+}
