@@ -40,6 +40,7 @@ use sqlx::{
 use crate::settings::common::PoolSettings;
 
 pub mod group_commit;
+pub mod thread_priority;
 pub use group_commit::BoxFuture;
 
 /// A pooled Postgres connection that answered within this long is handed
@@ -273,6 +274,9 @@ impl Database {
                                      PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON",
                                 )
                                 .await?;
+                                // The writer's thread is the embedded
+                                // system's bottleneck: first on the CPU.
+                                thread_priority::raise();
                             }
                         }
                         Ok(())
