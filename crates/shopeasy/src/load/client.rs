@@ -11,7 +11,7 @@
 //! made once, and a request is a few reference-count bumps, a fresh
 //! idempotency key and the send. The README's figures give what it saved.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Uri, header};
@@ -24,10 +24,17 @@ use serde_json::json;
 
 use super::step::{Target, pick};
 
-/// Sends a step's requests to its [`Target`].
+/// Sends a step's requests to its [`Target`]. Cloning it (once per request,
+/// for the request's task) costs a few reference counts.
 #[derive(Debug, Clone)]
 pub struct StepClient {
     client: Client<HttpConnector, Full<Bytes>>,
+    parts: Arc<Parts>,
+}
+
+/// What every request is built from, made once.
+#[derive(Debug)]
+struct Parts {
     target: Target,
     /// `GET /api/products?limit=20`: what a step without products sends.
     read: Uri,
@@ -58,32 +65,35 @@ impl StepClient {
             .collect();
         Ok(Self {
             client,
-            target,
-            read,
-            order,
-            bodies,
+            parts: Arc::new(Parts {
+                target,
+                read,
+                order,
+                bodies,
+            }),
         })
     }
 
     /// What it sends to.
     pub fn target(&self) -> &Target {
-        &self.target
+        &self.parts.target
     }
 
     /// Request `i` of a step: a read when there is no product, else an
     /// order of product `i % n` by the customer [`pick`] names, under a
     /// fresh idempotency key.
     pub fn request(&self, i: u64) -> Request<Full<Bytes>> {
-        let n = self.bodies.len() as u64;
+        let parts = &*self.parts;
+        let n = parts.bodies.len() as u64;
         if n == 0 {
             let mut request = Request::new(Full::default());
-            *request.uri_mut() = self.read.clone();
+            *request.uri_mut() = parts.read.clone();
             return request;
         }
-        let body = self.bodies[usize::try_from(i % n).unwrap_or(0)].clone();
+        let body = parts.bodies[usize::try_from(i % n).unwrap_or(0)].clone();
         let mut request = Request::new(Full::new(body));
         *request.method_mut() = Method::POST;
-        *request.uri_mut() = self.order.clone();
+        *request.uri_mut() = parts.order.clone();
         let headers = request.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
@@ -94,8 +104,8 @@ impl StepClient {
         if let Ok(key) = HeaderValue::from_str(key) {
             headers.insert("idempotency-key", key);
         }
-        let customers = &self.target.customers;
-        if let Some(bearer) = customers.bearer(pick(self.target.seed, i, customers.len())) {
+        let customers = &parts.target.customers;
+        if let Some(bearer) = customers.bearer(pick(parts.target.seed, i, customers.len())) {
             headers.insert(header::AUTHORIZATION, bearer.clone());
         }
         request
