@@ -8,7 +8,10 @@ mod support;
 use std::time::Duration;
 
 use shopeasy_faults::Stream;
-use support::{Fixture, assert_problem, key, toxics::reset};
+use support::{
+    Fixture, assert_problem, key,
+    toxics::{reset, reset_after_request},
+};
 
 /// gateway → order, upstream reset (request never delivered): a plain POST
 /// is not repeated (A(1), one connection), a keyed POST is (A(3), three
@@ -186,7 +189,8 @@ async fn f2_order_inventory_downstream_reset_is_retried_as_unavailable() {
     f.cluster.stop().await;
 }
 
-/// order → inventory, upstream reset (every attempt a new connection):
+/// order → inventory, upstream reset (every attempt a new connection,
+/// reset 100 ms after its first bytes so that connections count calls):
 /// the breaker opens after ≥ 5 failed calls; while open, calls fail fast
 /// with zero new connections at the proxy; after the break exactly one
 /// trial reaches the proxy while concurrent callers fail fast; it fails
@@ -198,7 +202,7 @@ async fn f2_order_inventory_breaker_opens_fails_fast_and_lets_one_trial_through(
     };
     let id = f.seed("F2-CB", 100).await;
     let proxy = f
-        .add_toxic("order-inventory", reset(Stream::Upstream))
+        .add_toxic("order-inventory", reset_after_request(100))
         .await;
 
     let mut orders = 0;

@@ -10,6 +10,16 @@ pub fn reset(stream: Stream) -> Toxic {
     Toxic::new(ToxicKind::ResetPeer { timeout: 0 }, stream)
 }
 
+/// F2 upstream, `ms` after each connection's first bytes: the request is
+/// on the wire (undelivered) when the reset comes. Where a test counts
+/// calls by connections over HTTP/2 this matters: reset at the first byte,
+/// the preface, a fresh tonic connection can be found dead before its
+/// request is sent, and the channel opens another for the same call (one
+/// call, two connections).
+pub fn reset_after_request(ms: u64) -> Toxic {
+    Toxic::new(ToxicKind::ResetPeer { timeout: ms }, Stream::Upstream)
+}
+
 /// F3: a black hole (data swallowed, the connection left open); from the
 /// network, the same as a frozen process.
 pub fn hang() -> Toxic {
