@@ -246,3 +246,53 @@ async fn a_caller_that_left_before_its_write_began_leaves_nothing_and_a_panic_sp
     assert_eq!(mark(&db, 4, false).await.unwrap(), 4);
     assert_eq!(marks(&db).await, vec![1, 3, 4]);
 }
+
+/// The combiner runs on a thread of its own: a group commits while its
+/// callers' runtime cannot run anything (here a current-thread runtime's
+/// one thread, blocked). That is what keeps SQLite's one writer working
+/// when the async workers are saturated: on them, it would wait its turn
+/// between every two statements.
+#[tokio::test]
+async fn a_group_commits_while_its_callers_runtime_is_blocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let stem = "group-own-thread";
+    let db = database(&dir, stem).await;
+    let write = {
+        let db = db.clone();
+        Box::pin(async move { mark(&db, 42, false).await }) as Queued
+    };
+    let handles = spawn_queued(vec![write]).await;
+
+    // Blocks this runtime's thread until a reader on a thread and runtime
+    // of its own finds the write committed (or gives up).
+    let url = format!("sqlite:{}/{stem}.db", dir.path().display());
+    let reader = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let reader = Database::connect_lazy(&url, &PoolSettings::default()).unwrap();
+            shopeasy_testkit::assert_eventually(
+                Duration::from_secs(10),
+                "the write committed while its caller's runtime was blocked",
+                async || {
+                    sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM marks WHERE id = 42")
+                        .fetch_one(reader.pool())
+                        .await
+                        .is_ok_and(|n| n == 1)
+                },
+            )
+            .await
+        })
+    });
+    reader.join().expect("the reader saw the commit");
+
+    for handle in handles {
+        assert_eq!(
+            handle.await.unwrap().unwrap(),
+            42,
+            "and its caller hears it"
+        );
+    }
+}
