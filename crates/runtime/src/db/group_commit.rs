@@ -26,10 +26,10 @@
 //! wake-up queues behind whatever they are doing — in overload, admitting,
 //! refusing and proxying thousands of requests — so the one writer sat
 //! idle between its statements, holding its lock. On its own thread the
-//! combiner runs as soon as SQLite answers (measured at five times the
-//! capacity on two vCPUs: 0.31–0.41 → 0.19–0.23 ms of writer per write,
-//! the writer busy 86–90 % → 60–67 % of the time; the README's overload
-//! table).
+//! combiner runs as soon as SQLite answers (measured in overload on two
+//! vCPUs: 0.26–0.43 → 0.18–0.22 ms of writer per write, the writer busy
+//! 84–90 % → 54–63 % of the time, goodput at five times the capacity up by
+//! a fifth; the README's overload table).
 //!
 //! Why not a crate: sqlx has no group commit, and a batching crate would
 //! not hold a transaction open across its batch with a savepoint per item.
