@@ -266,27 +266,21 @@ async fn a_group_commits_while_its_callers_runtime_is_blocked() {
     // Blocks this runtime's thread until a reader on a thread and runtime
     // of its own finds the write committed (or gives up).
     let url = format!("sqlite:{}/{stem}.db", dir.path().display());
-    let reader = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let reader = Database::connect_lazy(&url, &PoolSettings::default()).unwrap();
-            shopeasy_testkit::assert_eventually(
-                Duration::from_secs(10),
-                "the write committed while its caller's runtime was blocked",
-                async || {
-                    sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM marks WHERE id = 42")
-                        .fetch_one(reader.pool())
-                        .await
-                        .is_ok_and(|n| n == 1)
-                },
-            )
-            .await
-        })
-    });
-    reader.join().expect("the reader saw the commit");
+    shopeasy_testkit::on_own_thread(move || async move {
+        let reader = Database::connect_lazy(&url, &PoolSettings::default()).unwrap();
+        shopeasy_testkit::assert_eventually(
+            Duration::from_secs(10),
+            "the write committed while its caller's runtime was blocked",
+            async || {
+                sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM marks WHERE id = 42")
+                    .fetch_one(reader.pool())
+                    .await
+                    .is_ok_and(|n| n == 1)
+            },
+        )
+        .await
+    })
+    .expect("the reader saw the commit");
 
     for handle in handles {
         assert_eq!(

@@ -69,22 +69,15 @@ async fn every_sqlite_thread_runs_raise_steps_above_the_process_whoever_connecte
         // the writer, say) inherits the raise; its scan must not raise
         // every SQLite thread again from there.
         let url = file.url().to_owned();
-        std::thread::spawn(move || {
+        shopeasy_testkit::on_own_thread(move || async move {
             raise_current_thread().unwrap();
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
+            let other = Database::connect_lazy(&url, &PoolSettings::default()).unwrap();
+            let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM t")
+                .fetch_one(other.pool())
+                .await
                 .unwrap();
-            runtime.block_on(async {
-                let other = Database::connect_lazy(&url, &PoolSettings::default()).unwrap();
-                let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM t")
-                    .fetch_one(other.pool())
-                    .await
-                    .unwrap();
-                assert_eq!(rows, 1);
-            });
+            assert_eq!(rows, 1);
         })
-        .join()
         .unwrap();
         let threads = sqlite_threads().unwrap();
         for (tid, nice) in &threads {

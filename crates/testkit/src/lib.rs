@@ -98,22 +98,37 @@ impl Drop for TestDatabase {
         };
         let name = self.name.clone();
         // Drop may run inside a runtime; use a thread with its own.
-        let dropped = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            rt.block_on(async {
-                let mut conn = PgConnection::connect(&admin).await.ok()?;
-                let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
-                conn.execute(sqlx::AssertSqlSafe(sql)).await.ok()
-            })
-        })
-        .join();
+        let dropped = on_own_thread(move || async move {
+            let mut conn = PgConnection::connect(&admin).await.ok()?;
+            let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+            conn.execute(sqlx::AssertSqlSafe(sql)).await.ok()
+        });
         if !matches!(dropped, Ok(Some(_))) {
             eprintln!("warning: could not drop test database {}", self.name);
         }
     }
+}
+
+/// Runs the future `work` makes to completion on a new thread with a
+/// current-thread runtime of its own, and returns its output: for what must
+/// not depend on the caller's runtime (inside `Drop`, or while a test holds
+/// that runtime blocked on purpose).
+///
+/// # Errors
+/// The panic of `work` (or of building the runtime), as `join` gives it.
+pub fn on_own_thread<T, F>(work: impl FnOnce() -> F + Send + 'static) -> std::thread::Result<T>
+where
+    F: Future<Output = T>,
+    T: Send + 'static,
+{
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a current-thread runtime")
+            .block_on(work())
+    })
+    .join()
 }
 
 /// A fresh, empty Postgres database, or `None` (announced) when
