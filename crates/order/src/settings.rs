@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use shopeasy_identity::AuthSettings;
 use shopeasy_resilience::{
+    backoff::Backoff,
     breaker::BreakerConfig,
     budget::BudgetConfig,
     edge::EdgeConfig,
@@ -186,6 +187,9 @@ pub struct EdgeSettings {
     pub timeout_seconds: Seconds,
     /// Retries after a connection failure (so `max_retries + 1` attempts).
     pub max_retries: u32,
+    /// The first retry's backoff before jitter: each retry waits a uniform
+    /// draw from `[0, base × 2ⁿ]` (full jitter), at most 1 s.
+    pub retry_backoff_seconds: Seconds,
     /// How long the breaker stays open before letting one trial through.
     pub break_duration_seconds: Seconds,
     /// The breaker opens when at least this share of recent calls failed…
@@ -205,6 +209,7 @@ impl Default for EdgeSettings {
         Self {
             timeout_seconds: Seconds::new(3.0),
             max_retries: 2,
+            retry_backoff_seconds: Seconds::new(0.025),
             break_duration_seconds: Seconds::new(15.0),
             failure_ratio: 0.5,
             minimum_calls: 5,
@@ -224,6 +229,10 @@ impl EdgeSettings {
         let attempt_timeout = self.timeout_seconds.get();
         EdgeConfig {
             max_retries: self.max_retries,
+            backoff: Backoff {
+                base: self.retry_backoff_seconds.get(),
+                ..Backoff::default()
+            },
             breaker: BreakerConfig {
                 failure_ratio: self.failure_ratio,
                 minimum_throughput: self.minimum_calls,
@@ -243,6 +252,13 @@ impl EdgeSettings {
     fn validate(&self, prefix: &str, v: &mut Validator) {
         let seconds = [
             ("timeout_seconds", self.timeout_seconds, 0.001..=60.0),
+            // At most the backoff's cap, so the first retry's range is the
+            // one configured.
+            (
+                "retry_backoff_seconds",
+                self.retry_backoff_seconds,
+                0.001..=1.0,
+            ),
             (
                 "break_duration_seconds",
                 self.break_duration_seconds,
@@ -548,11 +564,16 @@ mod tests {
                 JWKS,
                 ("INVENTORY__URL", "http://inventory:50051"),
                 ("RESILIENCE__INVENTORY__TIMEOUT_SECONDS", "0.3"),
+                ("RESILIENCE__PRODUCT__RETRY_BACKOFF_SECONDS", "0.1"),
             ])
             .load()
             .unwrap();
         assert_eq!(s.inventory.url, "http://inventory:50051");
         assert_eq!(s.resilience.inventory.timeout_seconds, Seconds::new(0.3));
+        let product = s.resilience.product.config("product");
+        assert_eq!(product.backoff.base, std::time::Duration::from_millis(100));
+        let inventory = s.resilience.inventory.config("inventory");
+        assert_eq!(inventory.backoff.base, std::time::Duration::from_millis(25));
     }
 
     #[test]
@@ -561,6 +582,7 @@ mod tests {
             .env([
                 JWKS,
                 ("RESILIENCE__INVENTORY__TIMEOUT_SECONDS", "0"),
+                ("RESILIENCE__INVENTORY__RETRY_BACKOFF_SECONDS", "1.5"),
                 ("IDEMPOTENCY__RETENTION_SECONDS", "60"),
             ])
             .load::<OrderSettings>()
@@ -573,6 +595,7 @@ mod tests {
             keys,
             [
                 "resilience.inventory.timeout_seconds",
+                "resilience.inventory.retry_backoff_seconds",
                 "idempotency.retention_seconds"
             ]
         );
@@ -622,6 +645,10 @@ mod tests {
         assert_eq!(edge.target, "inventory");
         assert_eq!(edge.attempt_timeout, std::time::Duration::from_secs(3));
         assert_eq!(edge.max_retries, 2);
+        assert_eq!(
+            edge.backoff,
+            shopeasy_resilience::backoff::Backoff::default()
+        );
         assert_eq!(edge.max_concurrency, 64);
         assert_eq!(edge.breaker.minimum_throughput, 5);
         assert_eq!(

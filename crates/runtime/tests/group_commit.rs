@@ -257,6 +257,17 @@ async fn a_group_commits_while_its_callers_runtime_is_blocked() {
     let dir = tempfile::tempdir().unwrap();
     let stem = "group-own-thread";
     let db = database(&dir, stem).await;
+    // sqlx hands a connection back to its pool from a task on the runtime
+    // that used it, after a ping: the connection that made the tables must
+    // be back before this runtime blocks, or the combiner waits for it as
+    // long as the block lasts (a busy machine lost that race often).
+    let writer = db.writer().clone();
+    shopeasy_testkit::assert_eventually(
+        Duration::from_secs(5),
+        "the writer's connection is back in its pool",
+        async || writer.num_idle() == 1,
+    )
+    .await;
     let write = {
         let db = db.clone();
         Box::pin(async move { mark(&db, 42, false).await }) as Queued
