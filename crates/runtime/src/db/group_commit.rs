@@ -29,7 +29,7 @@
 //! combiner runs as soon as SQLite answers (measured in overload on two
 //! vCPUs: 0.26–0.43 → 0.18–0.22 ms of writer per write, the writer busy
 //! 84–90 % → 54–63 % of the time, goodput at five times the capacity up by
-//! a fifth; the README's overload table).
+//! a fifth; `docs/overload.md`).
 //!
 //! Why not a crate: sqlx has no group commit, and a batching crate would
 //! not hold a transaction open across its batch with a savepoint per item.

@@ -9,7 +9,7 @@
 //! transaction, its holds stretch, and goodput falls just when it is needed
 //! most. Giving the bottleneck the CPU first keeps it working at its own
 //! pace; the work that feeds it waits instead (measured on two vCPUs: the
-//! README's overload table).
+//! runs in `docs/overload.md`).
 //!
 //! So each new SQLite connection raises every SQLite thread of the process
 //! to [`RAISE`] nice steps above the process's own (its main thread's,
