@@ -13,9 +13,9 @@
 //! **The connection cap.** The loop takes a slot (a semaphore permit) before
 //! it accepts, and the connection gives it back when it closes: at
 //! `limits.max_connections` it simply stops calling `accept`, so further
-//! clients wait in the kernel's listen backlog (and beyond it are refused
-//! by the kernel) instead of each costing a descriptor, a task and buffers
-//! here. Accepting and then dropping would spend a descriptor per attempt
+//! clients wait in the kernel's listen backlog (`lifecycle::LISTEN_BACKLOG`;
+//! beyond it the kernel drops their handshakes and they retry) instead of
+//! each costing a descriptor, a task and buffers here. Accepting and then dropping would spend a descriptor per attempt
 //! and give the client nothing better than the backlog does. The open
 //! count is the gauge `shopeasy_gateway_open_connections`.
 //!
