@@ -11,16 +11,29 @@
 //! made once, and a request is a few reference-count bumps, a fresh
 //! idempotency key and the send. The README's figures give what it saved.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Uri, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::{
-    client::legacy::{Client, connect::HttpConnector},
-    rt::TokioExecutor,
+    client::legacy::{
+        Client,
+        connect::{Connected, Connection, HttpConnector},
+    },
+    rt::{TokioExecutor, TokioIo},
 };
 use serde_json::json;
+use tokio::{
+    net::TcpStream,
+    sync::{OwnedSemaphorePermit, Semaphore},
+};
 
 use super::step::{Target, pick};
 
@@ -28,7 +41,7 @@ use super::step::{Target, pick};
 /// for the request's task) costs a few reference counts.
 #[derive(Debug, Clone)]
 pub struct StepClient {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<Capped, Full<Bytes>>,
     parts: Arc<Parts>,
 }
 
@@ -45,15 +58,20 @@ struct Parts {
 }
 
 impl StepClient {
-    /// A client for `target`, keeping at most `max_idle` idle connections.
+    /// A client for `target` with at most `max_connections` connections
+    /// open at once (all of them may stay idle in its pool).
     ///
     /// # Errors
     /// When the target's base URL does not make a URI.
-    pub fn new(target: Target, max_idle: usize) -> anyhow::Result<Self> {
+    pub fn new(target: Target, max_connections: usize) -> anyhow::Result<Self> {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
+        let connector = Capped {
+            inner: connector,
+            slots: Arc::new(Semaphore::new(max_connections.max(1))),
+        };
         let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(max_idle)
+            .pool_max_idle_per_host(max_connections)
             .pool_idle_timeout(Duration::from_secs(30))
             .build(connector);
         let read = format!("{}/api/products?limit=20", target.base).parse()?;
@@ -121,6 +139,97 @@ impl StepClient {
     }
 }
 
+/// A connector that keeps at most as many connections open as it has slots.
+///
+/// Why: hyper-util's pool starts a connect for every request that finds no
+/// idle connection and keeps it even when an idle one came back first, so
+/// the number of connections is not bounded by the requests in flight. A
+/// step from half the capacity to five times it opened about 4,500
+/// connections in two seconds with at most 1,024 requests outstanding
+/// (full mode, two vCPUs): accepting and reading them took the cores the
+/// system needed, and requests went unanswered — the generator measuring
+/// its own connection storm. A real client's pool has a bound (a
+/// browser's six per host, a load tool's fixed connections); so does this
+/// one. A connect waits for a slot; a closed connection frees its slot.
+#[derive(Debug, Clone)]
+pub struct Capped {
+    inner: HttpConnector,
+    slots: Arc<Semaphore>,
+}
+
+impl tower::Service<Uri> for Capped {
+    type Response = CappedIo;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+    type Future = Pin<Box<dyn Future<Output = Result<CappedIo, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let slots = self.slots.clone();
+        let mut inner = self.inner.clone();
+        Box::pin(async move {
+            let slot = slots.acquire_owned().await?;
+            let io = tower::Service::call(&mut inner, uri).await?;
+            Ok(CappedIo { io, _slot: slot })
+        })
+    }
+}
+
+/// A connection of [`Capped`]: holds its slot until it is dropped.
+#[derive(Debug)]
+pub struct CappedIo {
+    io: TokioIo<TcpStream>,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Connection for CappedIo {
+    fn connected(&self) -> Connected {
+        self.io.connected()
+    }
+}
+
+impl hyper::rt::Read for CappedIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for CappedIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,5 +273,49 @@ mod tests {
         assert_eq!(read.method(), Method::GET);
         assert_eq!(read.uri(), "http://127.0.0.1:8080/api/products?limit=20");
         assert!(!read.headers().contains_key(header::AUTHORIZATION));
+    }
+
+    /// 64 requests at once through a client capped at 4 connections, to a
+    /// server that holds each answer 20 ms: every request is answered, over
+    /// at most 4 connections (uncapped, each waiting request opened one).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_stay_within_the_cap_however_many_requests_wait() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let answer = hyper::service::service_fn(|_| async {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                            Bytes::from_static(b"ok"),
+                        )))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), answer)
+                        .await;
+                });
+            }
+        });
+        let mut to = target(&[]);
+        to.base = format!("http://{addr}");
+        let client = StepClient::new(to, 4).unwrap();
+        let mut sends = tokio::task::JoinSet::new();
+        for i in 0..64 {
+            let client = client.clone();
+            sends.spawn(async move { client.send(client.request(i)).await });
+        }
+        while let Some(status) = sends.join_next().await {
+            assert_eq!(status.unwrap(), Some(200));
+        }
+        let n = accepted.load(Ordering::SeqCst);
+        assert!(
+            (1..=4).contains(&n),
+            "{n} connections for 64 requests with a cap of 4"
+        );
     }
 }

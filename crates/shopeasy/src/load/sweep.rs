@@ -73,6 +73,12 @@ pub struct SweepArgs {
     /// "not sent".
     #[arg(long, default_value_t = 4096)]
     pub max_outstanding: usize,
+    /// Most connections the step's client keeps open at once; a request
+    /// that finds none free waits for one (its wait counts in its latency,
+    /// from its intended start). Without a bound the client opened a
+    /// connection per waiting request and measured its own storm.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections: usize,
     /// Inventory's gRPC address, to restock before each step (SetStock).
     #[arg(long)]
     pub inventory: Option<String>,
@@ -163,7 +169,7 @@ pub async fn run(
             customers,
             seed,
         },
-        args.max_outstanding.min(1024),
+        args.max_connections,
     )?;
     let target = step_client.target();
     let pid = args.pid.or_else(procstat::find_shopeasy);
