@@ -11,6 +11,14 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
+/// How long an idle connection stays in a client's pool: less than the
+/// cluster gateway's activity timeout (1 s, [`crate::cluster`]), which
+/// hyper also applies to a keep-alive connection waiting for its next
+/// request. A connection kept longer (reqwest's default is 90 s) may be
+/// reused just as the gateway closes it, and the request sent on it is
+/// reset (`ConnectionReset`, no answer) — seen once in the suite.
+pub const POOL_IDLE: Duration = Duration::from_millis(500);
+
 /// One answer to one request (or the transport error instead).
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -99,6 +107,7 @@ impl Client {
     pub fn new(base: impl Into<String>, timeout: Duration) -> Self {
         let http = reqwest::Client::builder()
             .timeout(timeout)
+            .pool_idle_timeout(POOL_IDLE)
             .build()
             .unwrap_or_else(|e| panic!("reqwest client: {e}"));
         Self {
@@ -231,5 +240,66 @@ impl Client {
                 error: Some(format!("body: {e:?}")),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// An HTTP/1.1 server that answers every request 200 on a kept-alive
+    /// connection and counts the connections it accepted.
+    async fn counting_server() -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("address"));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = socket.read(&mut buf).await {
+                        if n == 0 {
+                            return;
+                        }
+                        head.extend_from_slice(&buf[..n]);
+                        while let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                            head.drain(..end + 4);
+                            let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+                            if socket.write_all(ok).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (base, accepted)
+    }
+
+    #[tokio::test]
+    async fn a_connection_idle_past_the_pool_bound_is_not_reused() {
+        let (base, accepted) = counting_server().await;
+        let client = Client::new(base, Duration::from_secs(5));
+        assert_eq!(client.get("/").await.status, Some(200));
+        assert_eq!(client.get("/").await.status, Some(200));
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "reused while fresh");
+        // Idle past the bound (the scenario itself, not a wait for a
+        // result): the pool drops it, the next request connects anew,
+        // where reqwest's default pool (90 s) would have reused it.
+        tokio::time::sleep(POOL_IDLE + Duration::from_millis(200)).await;
+        assert_eq!(client.get("/").await.status, Some(200));
+        assert_eq!(accepted.load(Ordering::SeqCst), 2, "a new connection");
     }
 }

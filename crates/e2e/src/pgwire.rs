@@ -82,6 +82,7 @@ struct Failure {
 struct Seen {
     connections: AtomicU64,
     startups: AtomicU64,
+    abandoned: AtomicU64,
     transactions: AtomicU64,
     errors: AtomicU64,
     statements: Log<String>,
@@ -163,6 +164,16 @@ impl PgStub {
         self.seen.startups.load(Ordering::Relaxed)
     }
 
+    /// Connections that ended before their `StartupMessage` (closed, or
+    /// sent a cancel request or something unknown): a client that gave its
+    /// connect up half-way, as a pool does when the acquire that started
+    /// it is cancelled or times out. Once every accepted connection has
+    /// got that far or given up, `startups() + abandoned() ==
+    /// connections()`.
+    pub fn abandoned(&self) -> u64 {
+        self.seen.abandoned.load(Ordering::Relaxed)
+    }
+
     /// Transactions begun so far (`BEGIN` / `START TRANSACTION`).
     pub fn transactions(&self) -> u64 {
         self.seen.transactions.load(Ordering::Relaxed)
@@ -212,22 +223,30 @@ enum Answer {
 }
 
 impl Session {
-    async fn run(mut self) -> std::io::Result<()> {
-        // Startup: SSL/GSS requests first, declined, then the StartupMessage.
+    /// Startup: SSL/GSS requests first, declined, then the
+    /// `StartupMessage`. Whether it came.
+    async fn read_startup(&mut self) -> std::io::Result<bool> {
         loop {
             let len = self.socket.read_u32().await? as usize;
             if !(8..=MAX_MESSAGE).contains(&len) {
-                return Ok(());
+                return Ok(false);
             }
             let mut body = vec![0; len - 4];
             self.socket.read_exact(&mut body).await?;
             let code = u32::from_be_bytes([body[0], body[1], body[2], body[3]]);
             match code {
                 SSL_REQUEST | GSSENC_REQUEST => self.socket.write_all(b"N").await?,
-                PROTOCOL_3 => break,
+                PROTOCOL_3 => return Ok(true),
                 // CancelRequest or an unknown protocol: nothing to do.
-                _ => return Ok(()),
+                _ => return Ok(false),
             }
+        }
+    }
+
+    async fn run(mut self) -> std::io::Result<()> {
+        if !matches!(self.read_startup().await, Ok(true)) {
+            self.seen.abandoned.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
         }
         self.seen.startups.fetch_add(1, Ordering::Relaxed);
         if matches!(self.failure.mode, Mode::RefuseStartup) {
@@ -473,6 +492,31 @@ mod tests {
         assert_eq!(
             (stub.connections(), stub.startups(), stub.errors()),
             (1, 1, 1)
+        );
+        assert_eq!(stub.abandoned(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_before_its_startup_is_counted_as_abandoned() {
+        let stub = PgStub::refuse_startup("53300", "sorry, too many clients already")
+            .await
+            .expect("stub");
+        // What a pool leaves when the acquire that started a connect is
+        // dropped after the TCP handshake, before the startup was sent.
+        drop(
+            tokio::net::TcpStream::connect(stub.addr())
+                .await
+                .expect("connect"),
+        );
+        shopeasy_testkit::assert_eventually(
+            std::time::Duration::from_secs(5),
+            "the stub sees it close",
+            async || stub.abandoned() == 1,
+        )
+        .await;
+        assert_eq!(
+            (stub.connections(), stub.startups(), stub.errors()),
+            (1, 0, 0)
         );
     }
 

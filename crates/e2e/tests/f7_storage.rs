@@ -95,23 +95,32 @@ async fn order_postgres_refuses_at_connect(code: &str, message: &str) {
     // A connection the service is still opening in the background (its
     // outbox worker, the unlock of a failed key) has been accepted but not
     // yet sent its startup: let the counts settle before comparing them.
+    // One whose acquire gave up between the handshake and the startup (a
+    // busy machine stretches that moment) is closed unsent: abandoned.
     assert_eventually(Duration::from_secs(2), "startups settle", async || {
-        stub.startups() == stub.connections()
+        stub.startups() + stub.abandoned() == stub.connections()
     })
     .await;
     let attempts = stub.connections();
     // Retried only at connect: every attempt is a new connection refused
     // at its startup, and nothing else reached the stub.
-    assert!(attempts >= 1, "the pool reconnected through the stub");
-    assert_eq!(stub.startups(), attempts, "each connection sent a startup");
-    assert_eq!(stub.errors(), attempts, "each was refused once");
+    assert!(
+        stub.startups() >= 1,
+        "the pool reconnected through the stub"
+    );
+    assert_eq!(
+        stub.errors(),
+        stub.startups(),
+        "each startup was refused once"
+    );
     assert!(stub.statements().is_empty());
     // Bounded: sqlx backs off 10 ms, doubling, capped at a fifth of the
     // acquire timeout (≤ 8 attempts per acquire); a retry loop without a
     // backoff would make thousands per second.
     let rate = attempts as f64 / window.as_secs_f64();
     println!(
-        "{code}: {attempts} connect attempts in {window:?} ({rate:.1}/s) for 3 orders + 2 probes + the outbox worker"
+        "{code}: {attempts} connect attempts ({} abandoned before the startup) in {window:?} ({rate:.1}/s) for 3 orders + 2 probes + the outbox worker",
+        stub.abandoned()
     );
     assert!(rate < 100.0, "connect storm: {rate:.1}/s");
     assert_eq!(orders_of(&f, &k).await, 0, "no partial rows");
