@@ -21,6 +21,7 @@
 //! [`procstat`] (the target's descriptors and RSS), [`restock`] (stock
 //! before each step), [`signin`] (the customers the load acts as).
 
+pub mod bounds;
 pub mod client;
 pub mod pace;
 pub mod plot;
@@ -52,25 +53,25 @@ pub struct LoadArgs {
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     pub target: String,
     /// Requests per second.
-    #[arg(long, default_value_t = 200.0)]
+    #[arg(long, default_value_t = 200.0, value_parser = bounds::rate)]
     pub rate: f64,
     /// How long to send, in seconds.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, value_parser = bounds::seconds)]
     pub duration: f64,
     /// Share of reads (the rest are orders), 0..=1.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = 0.8, value_parser = bounds::share)]
     pub read_ratio: f64,
     /// Fail (exit 1) when more than this share of requests errs (5xx or no
     /// answer), 0..=1.
-    #[arg(long)]
+    #[arg(long, value_parser = bounds::share)]
     pub max_error_rate: Option<f64>,
     /// Fail (exit 1) when the 99th percentile latency exceeds this many
     /// milliseconds.
-    #[arg(long)]
+    #[arg(long, value_parser = bounds::milliseconds)]
     pub p99: Option<f64>,
     /// Per-request timeout in seconds (a request without an answer by then is
     /// an error).
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = bounds::seconds)]
     pub timeout: f64,
     /// Seed of the request mix.
     #[arg(long, default_value_t = 1)]
@@ -261,11 +262,11 @@ impl fmt::Display for Summary {
 }
 
 /// Signs the customers in (when orders will be sent), then runs the load
-/// and returns its summary.
+/// and returns its summary. `args` are in their ranges ([`bounds`], as
+/// parsing them makes sure).
 ///
 /// # Errors
-/// When the arguments are out of range, or the customers cannot be signed
-/// in.
+/// When the customers cannot be signed in.
 pub async fn run(args: &LoadArgs) -> anyhow::Result<Summary> {
     run_live(args, &Live::default()).await
 }
@@ -276,18 +277,6 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<Summary> {
 /// # Errors
 /// As [`run`].
 pub async fn run_live(args: &LoadArgs, live: &Live) -> anyhow::Result<Summary> {
-    anyhow::ensure!(
-        args.rate > 0.0 && args.rate <= 100_000.0,
-        "--rate must be in (0, 100000]"
-    );
-    anyhow::ensure!(
-        args.duration > 0.0 && args.duration <= 86_400.0,
-        "--duration must be in (0, 86400]"
-    );
-    anyhow::ensure!(
-        (0.0..=1.0).contains(&args.read_ratio),
-        "--read-ratio must be in [0, 1]"
-    );
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs_f64(args.timeout))
         .pool_max_idle_per_host(256)
@@ -429,14 +418,63 @@ mod tests {
         }
     }
 
+    /// `shopeasy load`'s options, as the binary parses them.
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        load: LoadArgs,
+    }
+
     fn sweep_defaults() -> sweep::SweepArgs {
         use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            load: LoadArgs,
-        }
         Cli::parse_from(["x"]).load.sweep
+    }
+
+    #[test]
+    fn options_out_of_their_range_are_refused_as_they_are_parsed() {
+        use clap::Parser;
+        // Each of these panicked, measured nothing or never ended before.
+        let bad = [
+            ("--timeout", "-1"),
+            ("--duration", "0"),
+            ("--rate", "NaN"),
+            ("--read-ratio", "1.5"),
+            ("--max-error-rate", "7"),
+            ("--p99", "-3"),
+            ("--deadline", "inf"),
+            ("--step-seconds", "-1"),
+            ("--probe-seconds", "1e300"),
+            ("--capacity", "-5"),
+            ("--start-rate", "0"),
+            ("--ramp", "1"),
+            ("--min-gain", "-0.1"),
+            ("--p99-bound", "0"),
+            ("--multipliers", "1,-3"),
+            ("--max-outstanding", "0"),
+            ("--max-connections", "0"),
+        ];
+        for (option, value) in bad {
+            let error = Cli::try_parse_from(["x", &format!("{option}={value}")])
+                .err()
+                .unwrap_or_else(|| panic!("{option}={value} was accepted"));
+            let text = error.to_string();
+            assert_eq!(
+                error.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{text}"
+            );
+            assert!(text.contains(option) && text.contains("must be"), "{text}");
+        }
+        let good = Cli::try_parse_from([
+            "x",
+            "--timeout=0.5",
+            "--max-connections=1",
+            "--multipliers=0.5,5",
+            "--max-error-rate=0",
+        ])
+        .expect("values in range parse");
+        assert_eq!(good.load.sweep.max_connections, 1);
+        assert_eq!(good.load.sweep.multipliers, [0.5, 5.0]);
     }
 
     async fn stub(fail_every: usize, delay: Duration) -> String {

@@ -27,6 +27,7 @@ use std::{fmt::Write as _, path::PathBuf, time::Duration};
 use anyhow::Context as _;
 
 use super::{
+    bounds,
     client::StepClient,
     plot,
     procstat::{self, ProcStats},
@@ -41,43 +42,43 @@ pub struct SweepArgs {
     #[arg(long)]
     pub sweep: bool,
     /// Skip the capacity search: use this many requests per second.
-    #[arg(long)]
+    #[arg(long, value_parser = bounds::rate)]
     pub capacity: Option<f64>,
     /// The first rate of the capacity search.
-    #[arg(long, default_value_t = 100.0)]
+    #[arg(long, default_value_t = 100.0, value_parser = bounds::rate)]
     pub start_rate: f64,
     /// Each probe of the search offers this multiple of the last.
-    #[arg(long, default_value_t = 1.4)]
+    #[arg(long, default_value_t = 1.4, value_parser = bounds::ramp)]
     pub ramp: f64,
     /// The search stops when goodput rose less than this share over the
     /// best so far.
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, value_parser = bounds::share)]
     pub min_gain: f64,
     /// The search stops when the admitted p99 exceeds this many ms.
-    #[arg(long, default_value_t = 500.0)]
+    #[arg(long, default_value_t = 500.0, value_parser = bounds::milliseconds)]
     pub p99_bound: f64,
     /// Seconds of each capacity probe.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, value_parser = bounds::seconds)]
     pub probe_seconds: f64,
     /// Seconds of each step.
-    #[arg(long, default_value_t = 20.0)]
+    #[arg(long, default_value_t = 20.0, value_parser = bounds::seconds)]
     pub step_seconds: f64,
     /// Multiples of the capacity to offer.
-    #[arg(long, value_delimiter = ',', default_value = "0.5,1,2,3,5")]
+    #[arg(long, value_delimiter = ',', default_value = "0.5,1,2,3,5", value_parser = bounds::multiplier)]
     pub multipliers: Vec<f64>,
     /// The client's deadline: a 2xx later than this is not goodput, and a
     /// request is given up after it (seconds).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, value_parser = bounds::seconds)]
     pub deadline: f64,
     /// Most requests waiting for an answer at once; beyond it a request is
     /// "not sent".
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = bounds::count)]
     pub max_outstanding: usize,
     /// Most connections the step's client keeps open at once; a request
     /// that finds none free waits for one (its wait counts in its latency,
     /// from its intended start). Without a bound the client opened a
     /// connection per waiting request and measured its own storm.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = bounds::count)]
     pub max_connections: usize,
     /// Inventory's gRPC address, to restock before each step (SetStock).
     #[arg(long)]
@@ -130,11 +131,11 @@ pub struct Sweep {
 
 /// Runs the sweep against `base` (the gateway), its orders placed by the
 /// customers `sign_in` names (signed in first, when there is a product to
-/// order).
+/// order). `args` are in their ranges ([`bounds`], as parsing them makes
+/// sure).
 ///
 /// # Errors
-/// Bad arguments, customers who cannot be signed in, or the CSV / SVG
-/// cannot be written.
+/// Customers who cannot be signed in, or the CSV / SVG cannot be written.
 pub async fn run(
     base: &str,
     args: &SweepArgs,
@@ -142,13 +143,6 @@ pub async fn run(
     seed: u64,
     quiet: bool,
 ) -> anyhow::Result<Sweep> {
-    anyhow::ensure!(args.ramp > 1.0, "--ramp must be above 1");
-    anyhow::ensure!(args.start_rate > 0.0, "--start-rate must be positive");
-    anyhow::ensure!(args.deadline > 0.0, "--deadline must be positive");
-    anyhow::ensure!(
-        args.multipliers.iter().all(|m| *m > 0.0),
-        "--multipliers must be positive"
-    );
     let deadline = Duration::from_secs_f64(args.deadline);
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.max_outstanding.min(1024))
