@@ -30,10 +30,10 @@
 //! `ReadyForQuery` with the transaction status (`I`, `T`, or `E` after an
 //! error inside a transaction). Authentication is always `Ok`.
 //!
-//! Counted: TCP connections, completed startups, transactions (`BEGIN`s),
-//! errors sent, and the text of every statement, so a test can count the
-//! transactions of one kind (for example the ones whose statement is
-//! `INSERT INTO reservations`).
+//! Counted: TCP connections, completed startups, connections given up
+//! before their startup, transactions (`BEGIN`s), errors sent, and the text
+//! of every statement, so a test can count the transactions of one kind
+//! (for example the ones whose statement is `INSERT INTO reservations`).
 
 use std::{
     net::SocketAddr,

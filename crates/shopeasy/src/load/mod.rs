@@ -433,7 +433,9 @@ mod tests {
     #[test]
     fn options_out_of_their_range_are_refused_as_they_are_parsed() {
         use clap::Parser;
-        // Each of these panicked, measured nothing or never ended before.
+        // Each is refused by name; before, several of them panicked
+        // (`--timeout=-1`), measured nothing (`--capacity=-5`) or never
+        // sent (`--max-connections 0`).
         let bad = [
             ("--timeout", "-1"),
             ("--duration", "0"),
