@@ -250,47 +250,40 @@ mod tests {
         atomic::{AtomicUsize, Ordering},
     };
 
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
+    use tokio_util::sync::CancellationToken;
 
     use super::*;
+    use crate::listen::{accept_until, read_head};
 
     /// An HTTP/1.1 server that answers every request 200 on a kept-alive
     /// connection and counts the connections it accepted.
-    async fn counting_server() -> (String, Arc<AtomicUsize>) {
+    async fn counting_server() -> (String, Arc<AtomicUsize>, CancellationToken) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("address"));
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = accepted.clone();
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                count.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while let Ok(n) = socket.read(&mut buf).await {
-                        if n == 0 {
-                            return;
-                        }
-                        head.extend_from_slice(&buf[..n]);
-                        while let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
-                            head.drain(..end + 4);
-                            let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
-                            if socket.write_all(ok).await.is_err() {
-                                return;
-                            }
-                        }
+        let stop = CancellationToken::new();
+        accept_until(listener, stop.clone(), move |mut socket| {
+            count.fetch_add(1, Ordering::SeqCst);
+            async move {
+                while read_head(&mut socket).await {
+                    let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+                    if socket.write_all(ok).await.is_err() {
+                        return;
                     }
-                });
+                }
             }
         });
-        (base, accepted)
+        (base, accepted, stop)
     }
 
     #[tokio::test]
     async fn a_connection_idle_past_the_pool_bound_is_not_reused() {
-        let (base, accepted) = counting_server().await;
+        let (base, accepted, stop) = counting_server().await;
+        let _stop = stop.drop_guard();
         let client = Client::new(base, Duration::from_secs(5));
         assert_eq!(client.get("/").await.status, Some(200));
         assert_eq!(client.get("/").await.status, Some(200));

@@ -15,9 +15,10 @@
 //! `limits.max_connections` it simply stops calling `accept`, so further
 //! clients wait in the kernel's listen backlog (`lifecycle::LISTEN_BACKLOG`;
 //! beyond it the kernel drops their handshakes and they retry) instead of
-//! each costing a descriptor, a task and buffers here. Accepting and then dropping would spend a descriptor per attempt
-//! and give the client nothing better than the backlog does. The open
-//! count is the gauge `shopeasy_gateway_open_connections`.
+//! each costing a descriptor, a task and buffers here. Accepting and then
+//! dropping would spend a descriptor per attempt and give the client
+//! nothing better than the backlog does. The open count is the gauge
+//! `shopeasy_gateway_open_connections`.
 //!
 //! **The head buffer.** hyper's read buffer (`max_buf_size`) is set just
 //! above `limits.max_header_bytes` (hyper's floor is 8 KiB): a head that

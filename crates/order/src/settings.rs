@@ -209,7 +209,7 @@ impl Default for EdgeSettings {
         Self {
             timeout_seconds: Seconds::new(3.0),
             max_retries: 2,
-            retry_backoff_seconds: Seconds::new(0.025),
+            retry_backoff_seconds: Backoff::default().base.into(),
             break_duration_seconds: Seconds::new(15.0),
             failure_ratio: 0.5,
             minimum_calls: 5,
@@ -257,7 +257,7 @@ impl EdgeSettings {
             (
                 "retry_backoff_seconds",
                 self.retry_backoff_seconds,
-                0.001..=1.0,
+                0.001..=Backoff::default().cap.as_secs_f64(),
             ),
             (
                 "break_duration_seconds",
