@@ -35,7 +35,7 @@
 //! *standing* queue: the service is overloaded, waiting only adds latency
 //! to what will be served and to what will be refused, so every wait —
 //! including those of the waiters already queued — is cut to
-//! `standing_queue_timeout` (M, a few milliseconds), and the queue holds
+//! `standing_queue_timeout` (M, half a millisecond by default), and the queue holds
 //! only as many waiters as slots are expected to free within M (limit × M
 //! ÷ service time): one more would only be refused at M, so it is refused
 //! on arrival. Admitted requests then wait at most M, most refusals cost
@@ -138,7 +138,7 @@ impl Default for AdmissionConfig {
             limit: LimitConfig::default(),
             queue_size: 64,
             queue_timeout: Duration::from_secs(1),
-            standing_queue_timeout: Duration::from_millis(2),
+            standing_queue_timeout: Duration::from_micros(500),
             default_deadline: Duration::from_secs(10),
             retry_after: Duration::from_secs(1),
         }
@@ -239,8 +239,9 @@ pub struct AdmissionSnapshot {
     pub queue_size: usize,
     /// The longest wait while the queue is good, in milliseconds.
     pub queue_timeout_ms: u64,
-    /// The longest wait while it is standing, in milliseconds.
-    pub standing_queue_timeout_ms: u64,
+    /// The longest wait while it is standing, in milliseconds (a
+    /// fraction: the default is 0.5).
+    pub standing_queue_timeout_ms: f64,
     /// Whether the queue is standing now (not empty for a whole
     /// `queue_timeout`): waits are cut to `standing_queue_timeout`.
     pub standing: bool,
@@ -533,7 +534,7 @@ impl Admission {
             queued: st.waiters.len(),
             queue_size: self.shared.config.queue_size,
             queue_timeout_ms: millis(self.shared.config.queue_timeout),
-            standing_queue_timeout_ms: millis(self.shared.config.standing_queue_timeout),
+            standing_queue_timeout_ms: ms(self.shared.config.standing_queue_timeout),
             standing: st.is_standing(&self.shared.config, now),
             expected_ms: ms(st.limit.expected()),
             phase: st.limit.phase(),

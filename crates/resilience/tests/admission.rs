@@ -354,7 +354,7 @@ async fn a_standing_queue_cuts_every_wait_to_its_target_and_an_emptied_queue_is_
     drop(held);
     let s = a.snapshot();
     assert_eq!((s.requests.refused_full, s.requests.queued), (3, 1));
-    assert_eq!((s.queue_timeout_ms, s.standing_queue_timeout_ms), (50, 5));
+    assert_eq!((s.queue_timeout_ms, s.standing_queue_timeout_ms), (50, 5.0));
 }
 
 #[tokio::test(start_paused = true)]
