@@ -35,11 +35,11 @@
 //! *standing* queue: the service is overloaded, waiting only adds latency
 //! to what will be served and to what will be refused, so every wait —
 //! including those of the waiters already queued — is cut to
-//! `standing_queue_timeout` (M, half a millisecond by default), and the queue holds
-//! only as many waiters as slots are expected to free within M (limit × M
-//! ÷ service time): one more would only be refused at M, so it is refused
-//! on arrival. Admitted requests then wait at most M, most refusals cost
-//! no wait at all, and a queue that has stayed
+//! `standing_queue_timeout` (M, half a millisecond by default), and the
+//! queue holds only as many waiters as slots are expected to free within M
+//! (limit × M ÷ service time): one more would only be refused at M, so it
+//! is refused on arrival. Admitted requests then wait at most M, most
+//! refusals cost no wait at all, and a queue that has stayed
 //! empty for M and for a service time is a good queue again (one emptied
 //! for a moment, by slots freed all at once — the limit raised after a
 //! measurement of the minimum RTT — and refilled at once, was not drained

@@ -401,6 +401,58 @@ async fn under_lasting_overload_every_answer_comes_within_the_standing_target() 
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_default_standing_target_below_the_timer_tick_still_bounds_every_wait() {
+    // The default target (0.5 ms) is below tokio's 1 ms timer tick. Two
+    // slots held 4 ms each; five requests arrive on every tick for 300 ms:
+    // ten times what they can serve. Each tick's arrivals cut the waiters
+    // of the tick before, so no wait outlasts one tick.
+    let target = AdmissionConfig::default().standing_queue_timeout;
+    assert!(
+        target < Duration::from_millis(1),
+        "the default is {target:?}"
+    );
+    let a = Admission::new(
+        "t",
+        AdmissionConfig {
+            standing_queue_timeout: target,
+            ..fixed(2, 64)
+        },
+    );
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let calls: Vec<_> = (0..300u64)
+        .flat_map(|tick| (0..5).map(move |_| tick))
+        .map(|tick| (ms(tick), arrive(&a, t0, ms(tick), ms(4))))
+        .collect();
+    let (mut admitted, mut refused, mut refused_at_once) = (0, 0, 0);
+    let mut longest = Duration::ZERO;
+    for (at, call) in calls {
+        let (answered, r) = call.await.unwrap();
+        admitted += usize::from(r.is_ok());
+        if at >= ms(100) {
+            // Standing since the first 50 ms good-queue wait ran out.
+            longest = longest.max(answered - at);
+            if r.is_err() {
+                refused += 1;
+                refused_at_once += usize::from(answered == at);
+            }
+        }
+    }
+    assert!(
+        longest <= ms(1),
+        "longest wait in a standing queue: {longest:?}"
+    );
+    assert!(
+        refused_at_once * 4 >= refused * 3 && refused > 800,
+        "{refused_at_once} of {refused} refusals at once"
+    );
+    assert!(
+        admitted >= 130,
+        "both slots stay busy: {admitted} admitted of 1,500"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_snapshot_shows_the_minimum_rtt_being_measured_and_the_limit_held_meanwhile() {
     let a = Admission::new(
         "t",
