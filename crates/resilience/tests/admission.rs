@@ -277,15 +277,14 @@ async fn the_layer_reads_the_callers_deadline_from_its_headers() {
     assert_eq!(a.snapshot().requests.refused_deadline, 2);
 }
 
+/// A request [`arrive`] spawned: when it was answered (from `t0`), and
+/// whether it was admitted.
+type Answered = tokio::task::JoinHandle<(Duration, Result<(), Outcome>)>;
+
 /// Spawns a request arriving `at` after `t0`; it resolves to when it was
 /// answered (from `t0`) and whether it was admitted (its permit is held
 /// for `hold`, then completed).
-fn arrive(
-    a: &Admission,
-    t0: Instant,
-    at: Duration,
-    hold: Duration,
-) -> tokio::task::JoinHandle<(Duration, Result<(), Outcome>)> {
+fn arrive(a: &Admission, t0: Instant, at: Duration, hold: Duration) -> Answered {
     let a = a.clone();
     tokio::spawn(async move {
         tokio::time::sleep_until(t0 + at).await;
@@ -300,6 +299,37 @@ fn arrive(
             Err(refusal) => (answered, Err(refusal.reason)),
         }
     })
+}
+
+/// What became of the requests [`arrive`] spawned: `admitted` of them all;
+/// the longest wait and the refusals (and those refused on arrival) of the
+/// ones that arrived from `standing` on.
+struct Tally {
+    admitted: usize,
+    refused: usize,
+    refused_at_once: usize,
+    longest: Duration,
+}
+
+async fn tally(calls: Vec<(Duration, Answered)>, standing: Duration) -> Tally {
+    let mut t = Tally {
+        admitted: 0,
+        refused: 0,
+        refused_at_once: 0,
+        longest: Duration::ZERO,
+    };
+    for (at, call) in calls {
+        let (answered, r) = call.await.expect("the request's task");
+        t.admitted += usize::from(r.is_ok());
+        if at >= standing {
+            t.longest = t.longest.max(answered - at);
+            if r.is_err() {
+                t.refused += 1;
+                t.refused_at_once += usize::from(answered == at);
+            }
+        }
+    }
+    t
 }
 
 #[tokio::test(start_paused = true)]
@@ -367,22 +397,14 @@ async fn under_lasting_overload_every_answer_comes_within_the_standing_target() 
     let calls: Vec<_> = (0..500u64)
         .map(|i| (ms(i * 2), arrive(&a, t0, ms(i * 2), ms(10))))
         .collect();
-    let mut waits = Vec::new();
-    let (mut admitted, mut refused, mut refused_at_once) = (0, 0, 0);
-    for (at, call) in calls {
-        let (answered, r) = call.await.unwrap();
-        if at >= ms(200) {
-            // After the first good-queue timeout has passed with the queue
-            // never empty, no one waits longer than the target.
-            waits.push(answered - at);
-            if r.is_err() {
-                refused += 1;
-                refused_at_once += usize::from(answered == at);
-            }
-        }
-        admitted += usize::from(r.is_ok());
-    }
-    let longest = waits.iter().max().copied().unwrap_or_default();
+    // After the first good-queue timeout has passed with the queue never
+    // empty, no one waits longer than the target.
+    let Tally {
+        admitted,
+        refused,
+        refused_at_once,
+        longest,
+    } = tally(calls, ms(200)).await;
     assert!(
         longest <= ms(5),
         "longest wait in a standing queue: {longest:?}"
@@ -424,20 +446,13 @@ async fn the_default_standing_target_below_the_timer_tick_still_bounds_every_wai
         .flat_map(|tick| (0..5).map(move |_| tick))
         .map(|tick| (ms(tick), arrive(&a, t0, ms(tick), ms(4))))
         .collect();
-    let (mut admitted, mut refused, mut refused_at_once) = (0, 0, 0);
-    let mut longest = Duration::ZERO;
-    for (at, call) in calls {
-        let (answered, r) = call.await.unwrap();
-        admitted += usize::from(r.is_ok());
-        if at >= ms(100) {
-            // Standing since the first 50 ms good-queue wait ran out.
-            longest = longest.max(answered - at);
-            if r.is_err() {
-                refused += 1;
-                refused_at_once += usize::from(answered == at);
-            }
-        }
-    }
+    // Standing since the first 50 ms good-queue wait ran out.
+    let Tally {
+        admitted,
+        refused,
+        refused_at_once,
+        longest,
+    } = tally(calls, ms(100)).await;
     assert!(
         longest <= ms(1),
         "longest wait in a standing queue: {longest:?}"
