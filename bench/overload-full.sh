@@ -148,7 +148,7 @@ case " $* " in *" --name"*) ;; *) defaults+=(--name overload-full) ;; esac
 # below run either way.
 status=0
 "$bins/shopeasy" load --sweep --target "http://$gateway" --inventory "http://$inventory" \
-    --pid "$gateway_pid" "${defaults[@]}" "$@" || status=$?
+    --pid "$gateway_pid" --metrics "http://$gateway_admin/metrics" "${defaults[@]}" "$@" || status=$?
 
 # Each process's descriptors and RSS after the sweep.
 names=(identity inventory product order gateway)

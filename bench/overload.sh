@@ -68,7 +68,7 @@ curl -fs -o /dev/null http://127.0.0.1:9080/health/ready || { echo "the system d
 
 mkdir -p bench/results
 "${load_pin[@]}" "$bin" load --sweep --target http://127.0.0.1:8080 --inventory http://127.0.0.1:50051 \
-    --pid "$pid" --out bench/results "$@"
+    --pid "$pid" --metrics http://127.0.0.1:9080/metrics --out bench/results "$@"
 if grep -q "Too many open files" "$work/system.log"; then
     echo "the system logged 'Too many open files'" >&2
     exit 1

@@ -26,6 +26,7 @@ pub mod client;
 pub mod pace;
 pub mod plot;
 pub mod procstat;
+pub mod refusals;
 pub mod restock;
 pub mod signin;
 pub mod step;

@@ -1,6 +1,7 @@
 //! The target process's open descriptors and resident set, from `/proc`
 //! (Linux; elsewhere both are unknown), and how many of the descriptors
-//! are its clients' connections.
+//! are its clients' connections; its CPU time and how long its threads
+//! waited for a core, and the machine's CPU pressure.
 //!
 //! The split matters for a soak: an open-loop generator opens connections
 //! as its latency rises and closes them when they idle, so the target's
@@ -80,6 +81,91 @@ pub fn cpu_of_stat(stat: &str) -> Option<f64> {
     let stime: u64 = fields.next()?.parse().ok()?;
     #[allow(clippy::cast_precision_loss)]
     Some((utime + stime) as f64 / USER_HZ)
+}
+
+/// What the scheduler says of one thread (`/proc/<pid>/task/<tid>/schedstat`):
+/// time on a CPU, time runnable but waiting for one, and time slices run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SchedStat {
+    /// Nanoseconds on a CPU.
+    pub on_cpu_ns: u64,
+    /// Nanoseconds runnable on a run queue, waiting for a CPU.
+    pub waiting_ns: u64,
+    /// Time slices run (about one per wake-up for a thread that sleeps
+    /// between short bursts, as an async worker does).
+    pub slices: u64,
+}
+
+/// [`SchedStat`] of each thread of a process, by thread id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Threads(std::collections::BTreeMap<u32, SchedStat>);
+
+impl Threads {
+    /// The mean wait for a CPU per time slice since `earlier` (a reading
+    /// of the same process); `None` without a slice. Summed over the
+    /// threads of this reading (a thread new since counts from its start;
+    /// one that ended meanwhile is left out), so threads that come and go
+    /// do not skew it. On a machine whose cores are all busy, a sleeping
+    /// worker woken for a request waits about this long before it runs,
+    /// once in every process the request crosses: a latency no admission
+    /// control inside the process can shorten.
+    pub fn wait_per_slice_since(&self, earlier: &Self) -> Option<std::time::Duration> {
+        let (mut waited, mut slices) = (0_u64, 0_u64);
+        for (tid, now) in &self.0 {
+            let before = earlier.0.get(tid).copied().unwrap_or_default();
+            waited += now.waiting_ns.saturating_sub(before.waiting_ns);
+            slices += now.slices.saturating_sub(before.slices);
+        }
+        (slices > 0).then(|| std::time::Duration::from_nanos(waited / slices))
+    }
+}
+
+/// `pid`'s threads' scheduler statistics; `None` when unreadable (not
+/// Linux, or a kernel without `CONFIG_SCHED_INFO`).
+pub fn sched_stats(pid: u32) -> Option<Threads> {
+    let mut threads = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let task = task.ok()?;
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        // A thread that ended after the listing has no file any more.
+        let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        threads.insert(tid, sched_stat_of_text(&text)?);
+    }
+    Some(Threads(threads))
+}
+
+/// One thread's `schedstat` text: three numbers, nanoseconds on a CPU,
+/// nanoseconds waiting on a run queue, time slices.
+pub fn sched_stat_of_text(text: &str) -> Option<SchedStat> {
+    let mut n = text.split_whitespace().map(str::parse::<u64>);
+    Some(SchedStat {
+        on_cpu_ns: n.next()?.ok()?,
+        waiting_ns: n.next()?.ok()?,
+        slices: n.next()?.ok()?,
+    })
+}
+
+/// Microseconds so far in which at least one runnable task of this machine
+/// (its cgroup, in a container) waited for a CPU: the `some` line's
+/// `total` of `/proc/pressure/cpu` (pressure stall information, Linux
+/// 4.20+ with PSI on); `None` when unreadable. A step's difference over
+/// its length is the share of the step the cores were oversubscribed.
+pub fn cpu_pressure_us() -> Option<u64> {
+    cpu_pressure_of_text(&std::fs::read_to_string("/proc/pressure/cpu").ok()?)
+}
+
+/// The `some` line's `total=` from the text of `/proc/pressure/cpu`.
+pub fn cpu_pressure_of_text(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("some "))?
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("total="))?
+        .parse()
+        .ok()
 }
 
 /// The inode of a descriptor whose link reads `socket:[inode]`.
@@ -171,6 +257,52 @@ mod tests {
         assert_eq!(socket_inode("/dev/null"), None);
     }
 
+    #[test]
+    fn a_threads_schedstat_is_three_numbers() {
+        let s = sched_stat_of_text("8116 1200 3\n").unwrap();
+        assert_eq!((s.on_cpu_ns, s.waiting_ns, s.slices), (8116, 1200, 3));
+        assert_eq!(sched_stat_of_text("8116 1200"), None, "too few");
+        assert_eq!(sched_stat_of_text("8116 x 3"), None);
+    }
+
+    #[test]
+    fn the_wait_per_slice_counts_new_threads_and_leaves_out_ended_ones() {
+        let at = |entries: &[(u32, u64, u64)]| {
+            Threads(
+                entries
+                    .iter()
+                    .map(|&(tid, waiting_ns, slices)| {
+                        let s = SchedStat {
+                            on_cpu_ns: 0,
+                            waiting_ns,
+                            slices,
+                        };
+                        (tid, s)
+                    })
+                    .collect(),
+            )
+        };
+        // Thread 1 waited 3 ms over 10 slices since; thread 2 is new (1 ms
+        // over 2 slices); thread 3 ended (its large sums must not make the
+        // difference negative or count).
+        let before = at(&[(1, 1_000_000, 5), (3, 900_000_000, 1_000)]);
+        let after = at(&[(1, 4_000_000, 15), (2, 1_000_000, 2)]);
+        assert_eq!(
+            after.wait_per_slice_since(&before),
+            Some(std::time::Duration::from_nanos(4_000_000 / 12))
+        );
+        assert_eq!(before.wait_per_slice_since(&before), None, "no slice");
+    }
+
+    #[test]
+    fn cpu_pressure_is_the_some_lines_total() {
+        let text = "some avg10=23.67 avg60=64.01 avg300=61.09 total=1187542004\n\
+                    full avg10=0.00 avg60=0.00 avg300=0.00 total=7\n";
+        assert_eq!(cpu_pressure_of_text(text), Some(1_187_542_004));
+        assert_eq!(cpu_pressure_of_text("full avg10=0.00 total=7\n"), None);
+        assert_eq!(cpu_pressure_of_text("some avg10=1.00\n"), None);
+    }
+
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn this_process_has_descriptors_a_resident_set_and_its_clients() {
@@ -189,6 +321,15 @@ mod tests {
             used = cpu_seconds(std::process::id()).unwrap() - before;
         }
         assert!(used >= 0.03, "10 s of spinning read as {used} s of CPU");
+        // Its threads' scheduler statistics are read, and running counts
+        // time slices.
+        let threads = sched_stats(std::process::id()).expect("this process's schedstat");
+        let slices = |t: &Threads| t.0.values().map(|s| s.slices).sum::<u64>();
+        assert!(slices(&threads) > 0, "{threads:?}");
+        assert!(threads.0.values().any(|s| s.on_cpu_ns > 0), "{threads:?}");
+        if std::path::Path::new("/proc/pressure/cpu").exists() {
+            assert!(cpu_pressure_us().is_some(), "unreadable pressure");
+        }
         assert_eq!(s.client_connections, Some(0), "{s:?}");
         let _a = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await

@@ -97,6 +97,19 @@ pub struct StepResult {
     /// Cores the generator itself kept busy: on a shared machine, taken
     /// from the target as the offered load rises.
     pub generator_cpu: Option<f64>,
+    /// The target's threads' mean wait for a core per time slice over the
+    /// step (see [`procstat::Threads`](super::procstat::Threads)): part of
+    /// every latency above, and none of it the target's own doing.
+    pub target_wait_per_slice: Option<Duration>,
+    /// The share of the step in which some runnable task on the machine
+    /// waited for a core (`/proc/pressure/cpu`), 0..=1: near 1, the cores
+    /// are oversubscribed and each wake-up queues.
+    pub cpu_pressure: Option<f64>,
+    /// The p99 of the gateway's own time over the requests it shed in the
+    /// step, as the bound of its histogram's bucket (with `--metrics`; see
+    /// [`refusals`](super::refusals)): `shed_p99` without the machine's
+    /// and the generator's share.
+    pub target_shed_p99: Option<Duration>,
 }
 
 impl StepResult {

@@ -31,6 +31,7 @@ use super::{
     client::StepClient,
     plot,
     procstat::{self, ProcStats},
+    refusals,
     signin::{self, SignInArgs},
     step::{self, StepResult, Target},
 };
@@ -90,6 +91,11 @@ pub struct SweepArgs {
     /// named `shopeasy` other than this one, when there is exactly one).
     #[arg(long)]
     pub pid: Option<u32>,
+    /// The gateway's Prometheus endpoint (its admin listener's `/metrics`),
+    /// to print how long the gateway itself held the requests it shed,
+    /// beside the client's figure (see `load::refusals`).
+    #[arg(long)]
+    pub metrics: Option<String>,
     /// Where the CSV and SVG go.
     #[arg(long, default_value = "bench/results")]
     pub out: PathBuf,
@@ -192,31 +198,51 @@ pub async fn run(
         }
     };
     let me = std::process::id();
-    let cpu = || {
-        (
-            pid.and_then(procstat::cpu_seconds),
-            procstat::cpu_seconds(me),
-        )
+    // What the step's figures are read against at its end: the target's
+    // and the generator's CPU time, the target's threads' waits for a
+    // core, the machine's CPU pressure.
+    let usage = || Usage {
+        target_cpu: pid.and_then(procstat::cpu_seconds),
+        generator_cpu: procstat::cpu_seconds(me),
+        target_threads: pid.and_then(procstat::sched_stats),
+        cpu_pressure_us: procstat::cpu_pressure_us(),
     };
-    let measure =
-        |mut r: StepResult, (target_before, generator_before): (Option<f64>, Option<f64>)| {
-            let stats = pid.map(|p| procstat::read(p, port)).unwrap_or_default();
-            let ProcStats {
-                open_fds,
-                rss_kib,
-                client_connections,
-            } = stats;
-            r.open_fds = open_fds;
-            r.rss_kib = rss_kib;
-            r.client_connections = client_connections;
-            let (target_after, generator_after) = cpu();
-            let cores = |before: Option<f64>, after: Option<f64>| {
-                Some((after? - before?) / r.seconds.max(1e-9))
-            };
-            r.target_cpu = cores(target_before, target_after);
-            r.generator_cpu = cores(generator_before, generator_after);
-            r
-        };
+    let measure = |mut r: StepResult, before: Usage| {
+        let stats = pid.map(|p| procstat::read(p, port)).unwrap_or_default();
+        let ProcStats {
+            open_fds,
+            rss_kib,
+            client_connections,
+        } = stats;
+        r.open_fds = open_fds;
+        r.rss_kib = rss_kib;
+        r.client_connections = client_connections;
+        let after = usage();
+        let seconds = r.seconds.max(1e-9);
+        let cores = |before: Option<f64>, after: Option<f64>| Some((after? - before?) / seconds);
+        r.target_cpu = cores(before.target_cpu, after.target_cpu);
+        r.generator_cpu = cores(before.generator_cpu, after.generator_cpu);
+        r.target_wait_per_slice = after
+            .target_threads
+            .zip(before.target_threads)
+            .and_then(|(after, before)| after.wait_per_slice_since(&before));
+        #[allow(clippy::cast_precision_loss)]
+        let pressure = after
+            .cpu_pressure_us
+            .zip(before.cpu_pressure_us)
+            .map(|(after, before)| after.saturating_sub(before) as f64 / 1e6 / seconds);
+        r.cpu_pressure = pressure.map(|p| p.min(1.0));
+        r
+    };
+
+    let own_refusals = async || match &args.metrics {
+        Some(url) => refusals::read(&client, url).await,
+        None => None,
+    };
+    let own_shed_p99 = async |before: Option<refusals::Buckets>| {
+        let after = own_refusals().await?;
+        after.p99_since(&before?)
+    };
 
     let mut probes = Vec::new();
     let capacity = match args.capacity {
@@ -226,7 +252,8 @@ pub async fn run(
             let mut best = 0.0_f64;
             loop {
                 restock().await;
-                let before = cpu();
+                let before = usage();
+                let own_before = own_refusals().await;
                 let r = step::offer(
                     &step_client,
                     rate,
@@ -235,7 +262,8 @@ pub async fn run(
                     args.max_outstanding,
                 )
                 .await;
-                let r = measure(r, before);
+                let mut r = measure(r, before);
+                r.target_shed_p99 = own_shed_p99(own_before).await;
                 if !quiet {
                     eprintln!("probe {}", row(&r));
                 }
@@ -259,7 +287,8 @@ pub async fn run(
     let mut steps = Vec::new();
     for (multiplier, rate) in step_rates(capacity, &args.multipliers) {
         restock().await;
-        let before = cpu();
+        let before = usage();
+        let own_before = own_refusals().await;
         let mut r = step::offer(
             &step_client,
             rate,
@@ -269,7 +298,8 @@ pub async fn run(
         )
         .await;
         r.multiplier = multiplier;
-        let r = measure(r, before);
+        let mut r = measure(r, before);
+        r.target_shed_p99 = own_shed_p99(own_before).await;
         if !quiet {
             eprintln!("step  {}", row(&r));
         }
@@ -363,13 +393,21 @@ pub fn gates(sweep: &Sweep) -> Vec<Gate> {
     out
 }
 
+/// What a step's use of the machine is measured from (see `run`).
+struct Usage {
+    target_cpu: Option<f64>,
+    generator_cpu: Option<f64>,
+    target_threads: Option<procstat::Threads>,
+    cpu_pressure_us: Option<u64>,
+}
+
 /// The pause after a step of `seconds`: a tenth of it, at most `max`.
 fn pause(seconds: f64, max: f64) -> Duration {
     Duration::from_secs_f64((seconds / 10.0).min(max))
 }
 
 /// The CSV's header.
-pub const CSV_HEADER: &str = "multiplier,offered_rps,seconds,sent,not_sent,goodput_rps,good,shed,no_answer,other,admitted_p50_ms,admitted_p99_ms,shed_p50_ms,shed_p99_ms,send_lag_p99_ms,open_fds,client_connections,rss_kib,target_cpu_cores,generator_cpu_cores";
+pub const CSV_HEADER: &str = "multiplier,offered_rps,seconds,sent,not_sent,goodput_rps,good,shed,no_answer,other,admitted_p50_ms,admitted_p99_ms,shed_p50_ms,shed_p99_ms,send_lag_p99_ms,open_fds,client_connections,rss_kib,target_cpu_cores,generator_cpu_cores,target_wait_per_slice_us,cpu_pressure,target_shed_p99_ms";
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -379,7 +417,13 @@ fn opt(v: Option<u64>) -> String {
     v.map_or_else(String::new, |v| v.to_string())
 }
 
-fn cores(v: Option<f64>) -> String {
+/// Whole microseconds (empty when unknown).
+fn micros(v: Option<Duration>) -> String {
+    opt(v.and_then(|d| u64::try_from(d.as_micros()).ok()))
+}
+
+/// Cores, or a share, to two decimals (empty when unknown).
+fn two_places(v: Option<f64>) -> String {
     v.map_or_else(String::new, |v| format!("{v:.2}"))
 }
 
@@ -389,7 +433,7 @@ pub fn to_csv(steps: &[StepResult]) -> String {
     for r in steps {
         let _ = writeln!(
             out,
-            "{},{:.1},{:.2},{},{},{:.1},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{},{},{},{},{}",
+            "{},{:.1},{:.2},{},{},{:.1},{},{},{},{},{:.2},{:.2},{:.2},{:.2},{:.2},{},{},{},{},{},{},{},{}",
             r.multiplier,
             r.offered,
             r.seconds,
@@ -408,8 +452,12 @@ pub fn to_csv(steps: &[StepResult]) -> String {
             opt(r.open_fds),
             opt(r.client_connections),
             opt(r.rss_kib),
-            cores(r.target_cpu),
-            cores(r.generator_cpu),
+            two_places(r.target_cpu),
+            two_places(r.generator_cpu),
+            micros(r.target_wait_per_slice),
+            two_places(r.cpu_pressure),
+            r.target_shed_p99
+                .map_or_else(String::new, |d| ms(d).to_string()),
         );
     }
     out
@@ -418,7 +466,7 @@ pub fn to_csv(steps: &[StepResult]) -> String {
 /// One step as a line of the table.
 pub fn row(r: &StepResult) -> String {
     format!(
-        "{:>4}× offered {:>7.0}/s  goodput {:>7.0}/s  shed {:>6}  no answer {:>5}  not sent {:>5}  other {:>4}  admitted p50/p99 {:>7.1}/{:>7.1} ms  shed p50/p99 {:>6.1}/{:>6.1} ms  send lag p99 {:>5.1} ms  fds {:>5} (clients {:>5})  rss {:>6} KiB  cpu target/generator {:>4}/{:>4} cores",
+        "{:>4}× offered {:>7.0}/s  goodput {:>7.0}/s  shed {:>6}  no answer {:>5}  not sent {:>5}  other {:>4}  admitted p50/p99 {:>7.1}/{:>7.1} ms  shed p50/p99 {:>6.1}/{:>6.1} ms  send lag p99 {:>5.1} ms  fds {:>5} (clients {:>5})  rss {:>6} KiB  cpu target/generator {:>4}/{:>4} cores  wait for a core {:>5} µs  cpu pressure {:>4}  gateway's own shed p99 {:>9}",
         r.multiplier,
         r.offered,
         r.goodput(),
@@ -434,8 +482,12 @@ pub fn row(r: &StepResult) -> String {
         opt(r.open_fds),
         opt(r.client_connections),
         opt(r.rss_kib),
-        cores(r.target_cpu),
-        cores(r.generator_cpu),
+        two_places(r.target_cpu),
+        two_places(r.generator_cpu),
+        micros(r.target_wait_per_slice),
+        two_places(r.cpu_pressure),
+        r.target_shed_p99
+            .map_or_else(|| "-".to_owned(), |d| format!("≤ {} ms", ms(d))),
     )
 }
 
@@ -548,26 +600,43 @@ mod tests {
     }
 
     /// A server that does 20 ms of work at most 4 at a time and refuses
-    /// the rest at once with 503: a capacity of about 200/s.
+    /// the rest at once with 503: a capacity of about 200/s. Its
+    /// `/metrics` counts the refusals as the gateway's histogram does, all
+    /// within its first bucket (1 ms).
     async fn limited_stub() -> String {
-        use std::sync::Arc;
+        use std::sync::{
+            Arc,
+            atomic::{AtomicU64, Ordering},
+        };
         let slots = Arc::new(tokio::sync::Semaphore::new(4));
-        let app = axum::Router::new().route(
-            "/api/products",
-            axum::routing::get(move || {
-                let slots = slots.clone();
-                async move {
-                    let Ok(_slot) = slots.try_acquire_owned() else {
-                        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, "{}");
-                    };
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    (
-                        axum::http::StatusCode::OK,
-                        r#"{"items":[],"next_cursor":null}"#,
-                    )
-                }
-            }),
-        );
+        let shed = Arc::new(AtomicU64::new(0));
+        let counted = shed.clone();
+        let app = axum::Router::new()
+            .route(
+                "/api/products",
+                axum::routing::get(move || {
+                    let (slots, shed) = (slots.clone(), shed.clone());
+                    async move {
+                        let Ok(_slot) = slots.try_acquire_owned() else {
+                            shed.fetch_add(1, Ordering::Relaxed);
+                            return (axum::http::StatusCode::SERVICE_UNAVAILABLE, "{}");
+                        };
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        (
+                            axum::http::StatusCode::OK,
+                            r#"{"items":[],"next_cursor":null}"#,
+                        )
+                    }
+                }),
+            )
+            .route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let n = counted.load(Ordering::Relaxed);
+                    let series = "shopeasy_gateway_request_duration_seconds_bucket{route=\"products\",status=\"503\",outcome=\"shed\"";
+                    async move { format!("{series},le=\"0.001\"}} {n}\n{series},le=\"+Inf\"}} {n}\n") }
+                }),
+            );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
@@ -596,6 +665,8 @@ mod tests {
             &out,
             "--pid",
             &std::process::id().to_string(),
+            "--metrics",
+            &format!("{base}/metrics"),
         ])
         .sweep;
         let sweep = run(&base, &a, &SignInArgs::default(), 1, true)
@@ -611,11 +682,29 @@ mod tests {
         assert_eq!(sweep.steps.len(), 3);
         let over = &sweep.steps[2];
         assert!(over.shed > 0, "3× is shed: {}", row(over));
+        // The target's own account of its refusals is read over the step.
+        assert_eq!(
+            over.target_shed_p99,
+            Some(Duration::from_millis(1)),
+            "{}",
+            row(over)
+        );
         assert!(over.open_fds.is_some() && over.rss_kib.is_some());
         // Target and generator are this one process here: both kept some
         // CPU busy, and the same amount.
         let (t, g) = (over.target_cpu.unwrap(), over.generator_cpu.unwrap());
         assert!(t > 0.0 && (t - g).abs() < 0.05, "{}", row(over));
+        // Its threads ran time slices (so their wait for a core is known),
+        // and the machine's CPU pressure is read where the kernel has it.
+        #[cfg(target_os = "linux")]
+        assert!(over.target_wait_per_slice.is_some(), "{}", row(over));
+        if std::path::Path::new("/proc/pressure/cpu").exists() {
+            assert!(
+                over.cpu_pressure.is_some_and(|p| (0.0..=1.0).contains(&p)),
+                "{}",
+                row(over)
+            );
+        }
         // This process is the target here, and the stub's listener is in
         // it: the generator's connections to it are counted.
         assert!(
