@@ -91,9 +91,10 @@ pub struct SweepArgs {
     /// named `shopeasy` other than this one, when there is exactly one).
     #[arg(long)]
     pub pid: Option<u32>,
-    /// The gateway's Prometheus endpoint (its admin listener's `/metrics`),
-    /// to print how long the gateway itself held the requests it shed,
-    /// beside the client's figure (see `load::refusals`).
+    /// The gateway's Prometheus endpoint (its admin listener's `/metrics`):
+    /// each step then also shows the p99 of the gateway's own time over the
+    /// requests it shed, beside the client's (which holds every wait for a
+    /// core on the way).
     #[arg(long)]
     pub metrics: Option<String>,
     /// Where the CSV and SVG go.
