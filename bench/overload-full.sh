@@ -14,6 +14,7 @@
 #   SHOPEASY_BIN_DIR=target/release bench/overload-full.sh    # prebuilt binaries
 #   SHOPEASY_PORT_BASE=31000 bench/overload-full.sh           # other ports
 #   bench/overload-full.sh --name overload-full-run2 --out /some/where
+#   GATEWAY_CPUS=0 LOAD_CPUS=0 SYSTEM_CPUS=1 bench/overload-full.sh  # cores apart
 #
 # Extra arguments go to `shopeasy load --sweep` (see `shopeasy load --help`).
 # The descriptors and RSS in the table are the gateway's (it holds the
@@ -93,17 +94,34 @@ customer_rpm=${LIMITS__CUSTOMER_ORDERS_PER_MINUTE:-10000000}
 customer_burst=${LIMITS__CUSTOMER_ORDER_BURST:-10000000}
 max_open=${ORDERS__MAX_OPEN_PER_CUSTOMER:-10000}
 
+# GATEWAY_CPUS / SYSTEM_CPUS / LOAD_CPUS (taskset lists): the gateway, the
+# four processes behind it and the generator on cores of their own, as a
+# deployment gives the edge nodes of its own. Postgres and Redis are this
+# machine's: pin them by hand for such a run (`taskset -a -p -c 1 <pid>` for
+# each of `pgrep postgres` and `pgrep redis-server`, then back to 0,1).
+taskset_bin=$(command -v taskset || true)
+pin_to() {
+    [ -n "$1" ] || return 0
+    [ -n "$taskset_bin" ] || { echo "pinning to cores needs taskset" >&2; return 1; }
+    echo "$taskset_bin -c $1"
+}
+system_pin=$(pin_to "${SYSTEM_CPUS:-}")
+gateway_pin=$(pin_to "${GATEWAY_CPUS:-${SYSTEM_CPUS:-}}")
+load_pin=$(pin_to "${LOAD_CPUS:-}")
+pin=$system_pin
+
 # Starts `$1` with a clean environment (as a deployment would: nothing of
 # this shell leaks in) plus the given variables, the caller's ADMISSION__*
-# (every service reads them) and LOG__LEVEL; waits for /health/ready on its
-# admin listener `$2`.
+# (every service reads them) and LOG__LEVEL, on the cores `$pin` names;
+# waits for /health/ready on its admin listener `$2`.
 start() {
     local name=$1 admin=$2
     shift 2
     local passed=()
     while IFS= read -r var; do passed+=("$var"); done < <(env | grep '^ADMISSION__' || true)
+    # shellcheck disable=SC2086 # $pin is empty or a command and its words
     env -i PATH="$PATH" LOG__LEVEL="${LOG__LEVEL:-warn}" ADMIN_ADDR="$admin" "${passed[@]}" "$@" \
-        "$bins/$name" >"$work/$name.log" 2>&1 &
+        $pin "$bins/$name" >"$work/$name.log" 2>&1 &
     local pid=$!
     pids+=("$pid")
     for _ in $(seq 1 300); do
@@ -132,6 +150,7 @@ start shopeasy-order "$order_admin" LISTEN_ADDR="$order" \
     PRODUCT__URL="http://$product" AUTH__JWKS_URL="$jwks" \
     RESILIENCE__STOCK_CACHE__KEY_PREFIX="shopeasy:$run:order:" \
     ORDERS__MAX_OPEN_PER_CUSTOMER="$max_open"
+pin=$gateway_pin
 start shopeasy-gateway "$gateway_admin" LISTEN_ADDR="$gateway" \
     ROUTES__PRODUCT_URL="http://$product" ROUTES__ORDER_URL="http://$order" \
     ROUTES__IDENTITY_URL="http://$identity" AUTH__JWKS_URL="$jwks" \
@@ -147,7 +166,8 @@ case " $* " in *" --name"*) ;; *) defaults+=(--name overload-full) ;; esac
 # The sweep prints issue 14's gates and fails when one does; the checks
 # below run either way.
 status=0
-"$bins/shopeasy" load --sweep --target "http://$gateway" --inventory "http://$inventory" \
+# shellcheck disable=SC2086
+$load_pin "$bins/shopeasy" load --sweep --target "http://$gateway" --inventory "http://$inventory" \
     --pid "$gateway_pid" --metrics "http://$gateway_admin/metrics" "${defaults[@]}" "$@" || status=$?
 
 # Each process's descriptors and RSS after the sweep.
