@@ -99,29 +99,23 @@ max_open=${ORDERS__MAX_OPEN_PER_CUSTOMER:-10000}
 # deployment gives the edge nodes of its own. Postgres and Redis are this
 # machine's: pin them by hand for such a run (`taskset -a -p -c 1 <pid>` for
 # each of `pgrep postgres` and `pgrep redis-server`, then back to 0,1).
-taskset_bin=$(command -v taskset || true)
-pin_to() {
-    [ -n "$1" ] || return 0
-    [ -n "$taskset_bin" ] || { echo "pinning to cores needs taskset" >&2; return 1; }
-    echo "$taskset_bin -c $1"
-}
-system_pin=$(pin_to "${SYSTEM_CPUS:-}")
-gateway_pin=$(pin_to "${GATEWAY_CPUS:-${SYSTEM_CPUS:-}}")
-load_pin=$(pin_to "${LOAD_CPUS:-}")
-pin=$system_pin
+system_pin=() gateway_pin=() load_pin=()
+[ -z "${SYSTEM_CPUS:-}" ] || system_pin=(taskset -c "$SYSTEM_CPUS")
+[ -z "${GATEWAY_CPUS:-${SYSTEM_CPUS:-}}" ] || gateway_pin=(taskset -c "${GATEWAY_CPUS:-$SYSTEM_CPUS}")
+[ -z "${LOAD_CPUS:-}" ] || load_pin=(taskset -c "$LOAD_CPUS")
+pin=("${system_pin[@]}")
 
 # Starts `$1` with a clean environment (as a deployment would: nothing of
 # this shell leaks in) plus the given variables, the caller's ADMISSION__*
-# (every service reads them) and LOG__LEVEL, on the cores `$pin` names;
+# (every service reads them) and LOG__LEVEL, on the cores `pin` names;
 # waits for /health/ready on its admin listener `$2`.
 start() {
     local name=$1 admin=$2
     shift 2
     local passed=()
     while IFS= read -r var; do passed+=("$var"); done < <(env | grep '^ADMISSION__' || true)
-    # shellcheck disable=SC2086 # $pin is empty or a command and its words
     env -i PATH="$PATH" LOG__LEVEL="${LOG__LEVEL:-warn}" ADMIN_ADDR="$admin" "${passed[@]}" "$@" \
-        $pin "$bins/$name" >"$work/$name.log" 2>&1 &
+        "${pin[@]}" "$bins/$name" >"$work/$name.log" 2>&1 &
     local pid=$!
     pids+=("$pid")
     for _ in $(seq 1 300); do
@@ -150,7 +144,7 @@ start shopeasy-order "$order_admin" LISTEN_ADDR="$order" \
     PRODUCT__URL="http://$product" AUTH__JWKS_URL="$jwks" \
     RESILIENCE__STOCK_CACHE__KEY_PREFIX="shopeasy:$run:order:" \
     ORDERS__MAX_OPEN_PER_CUSTOMER="$max_open"
-pin=$gateway_pin
+pin=("${gateway_pin[@]}")
 start shopeasy-gateway "$gateway_admin" LISTEN_ADDR="$gateway" \
     ROUTES__PRODUCT_URL="http://$product" ROUTES__ORDER_URL="http://$order" \
     ROUTES__IDENTITY_URL="http://$identity" AUTH__JWKS_URL="$jwks" \
@@ -166,8 +160,7 @@ case " $* " in *" --name"*) ;; *) defaults+=(--name overload-full) ;; esac
 # The sweep prints issue 14's gates and fails when one does; the checks
 # below run either way.
 status=0
-# shellcheck disable=SC2086
-$load_pin "$bins/shopeasy" load --sweep --target "http://$gateway" --inventory "http://$inventory" \
+"${load_pin[@]}" "$bins/shopeasy" load --sweep --target "http://$gateway" --inventory "http://$inventory" \
     --pid "$gateway_pid" --metrics "http://$gateway_admin/metrics" "${defaults[@]}" "$@" || status=$?
 
 # Each process's descriptors and RSS after the sweep.
