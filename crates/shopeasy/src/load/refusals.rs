@@ -13,8 +13,10 @@
 
 use std::time::Duration;
 
-/// The histogram's series, before the label set.
-const BUCKET: &str = "shopeasy_gateway_request_duration_seconds_bucket{";
+use shopeasy_console::prom::Page;
+
+/// The histogram's bucket series.
+const BUCKET: &str = "shopeasy_gateway_request_duration_seconds_bucket";
 
 /// The cumulative counts of the shed requests' durations by bucket bound
 /// (seconds), summed over every series (route, status) with
@@ -23,31 +25,18 @@ const BUCKET: &str = "shopeasy_gateway_request_duration_seconds_bucket{";
 pub struct Buckets(Vec<(f64, f64)>);
 
 impl Buckets {
-    /// Reads the buckets from the text exposition format.
+    /// Reads the buckets from the text exposition format (the console's
+    /// reader of a `/metrics` page).
     pub fn parse(text: &str) -> Self {
+        let page = Page::parse(text);
         let mut sums: Vec<(f64, f64)> = Vec::new();
-        for line in text.lines() {
-            let Some(rest) = line.strip_prefix(BUCKET) else {
-                continue;
-            };
-            let Some((labels, value)) = rest.rsplit_once('}') else {
-                continue;
-            };
-            if !labels.split(',').any(|l| l == r#"outcome="shed""#) {
-                continue;
-            }
-            let Some(le) = labels.split(',').find_map(|l| l.strip_prefix("le=")) else {
-                continue;
-            };
-            let (Ok(le), Ok(count)) = (
-                le.trim_matches('"').parse::<f64>(),
-                value.trim().parse::<f64>(),
-            ) else {
+        for sample in page.matching(BUCKET, &[("outcome", "shed")]) {
+            let Some(Ok(le)) = sample.label("le").map(str::parse::<f64>) else {
                 continue;
             };
             match sums.iter_mut().find(|(b, _)| *b == le) {
-                Some((_, sum)) => *sum += count,
-                None => sums.push((le, count)),
+                Some((_, sum)) => *sum += sample.value,
+                None => sums.push((le, sample.value)),
             }
         }
         sums.sort_by(|a, b| a.0.total_cmp(&b.0));

@@ -201,14 +201,18 @@ pub async fn run(
     let me = std::process::id();
     // What the step's figures are read against at its end: the target's
     // and the generator's CPU time, the target's threads' waits for a
-    // core, the machine's CPU pressure.
-    let usage = || Usage {
+    // core, the machine's CPU pressure, the gateway's own refusals.
+    let usage = async || Usage {
         target_cpu: pid.and_then(procstat::cpu_seconds),
         generator_cpu: procstat::cpu_seconds(me),
         target_threads: pid.and_then(procstat::sched_stats),
         cpu_pressure_us: procstat::cpu_pressure_us(),
+        own_refusals: match &args.metrics {
+            Some(url) => refusals::read(&client, url).await,
+            None => None,
+        },
     };
-    let measure = |mut r: StepResult, before: Usage| {
+    let measure = async |mut r: StepResult, before: Usage| {
         let stats = pid.map(|p| procstat::read(p, port)).unwrap_or_default();
         let ProcStats {
             open_fds,
@@ -218,7 +222,7 @@ pub async fn run(
         r.open_fds = open_fds;
         r.rss_kib = rss_kib;
         r.client_connections = client_connections;
-        let after = usage();
+        let after = usage().await;
         let seconds = r.seconds.max(1e-9);
         let cores = |before: Option<f64>, after: Option<f64>| Some((after? - before?) / seconds);
         r.target_cpu = cores(before.target_cpu, after.target_cpu);
@@ -233,16 +237,11 @@ pub async fn run(
             .zip(before.cpu_pressure_us)
             .map(|(after, before)| after.saturating_sub(before) as f64 / 1e6 / seconds);
         r.cpu_pressure = pressure.map(|p| p.min(1.0));
+        r.target_shed_p99 = after
+            .own_refusals
+            .zip(before.own_refusals)
+            .and_then(|(after, before)| after.p99_since(&before));
         r
-    };
-
-    let own_refusals = async || match &args.metrics {
-        Some(url) => refusals::read(&client, url).await,
-        None => None,
-    };
-    let own_shed_p99 = async |before: Option<refusals::Buckets>| {
-        let after = own_refusals().await?;
-        after.p99_since(&before?)
     };
 
     let mut probes = Vec::new();
@@ -253,8 +252,7 @@ pub async fn run(
             let mut best = 0.0_f64;
             loop {
                 restock().await;
-                let before = usage();
-                let own_before = own_refusals().await;
+                let before = usage().await;
                 let r = step::offer(
                     &step_client,
                     rate,
@@ -263,8 +261,7 @@ pub async fn run(
                     args.max_outstanding,
                 )
                 .await;
-                let mut r = measure(r, before);
-                r.target_shed_p99 = own_shed_p99(own_before).await;
+                let r = measure(r, before).await;
                 if !quiet {
                     eprintln!("probe {}", row(&r));
                 }
@@ -288,8 +285,7 @@ pub async fn run(
     let mut steps = Vec::new();
     for (multiplier, rate) in step_rates(capacity, &args.multipliers) {
         restock().await;
-        let before = usage();
-        let own_before = own_refusals().await;
+        let before = usage().await;
         let mut r = step::offer(
             &step_client,
             rate,
@@ -299,8 +295,7 @@ pub async fn run(
         )
         .await;
         r.multiplier = multiplier;
-        let mut r = measure(r, before);
-        r.target_shed_p99 = own_shed_p99(own_before).await;
+        let r = measure(r, before).await;
         if !quiet {
             eprintln!("step  {}", row(&r));
         }
@@ -400,6 +395,7 @@ struct Usage {
     generator_cpu: Option<f64>,
     target_threads: Option<procstat::Threads>,
     cpu_pressure_us: Option<u64>,
+    own_refusals: Option<refusals::Buckets>,
 }
 
 /// The pause after a step of `seconds`: a tenth of it, at most `max`.
