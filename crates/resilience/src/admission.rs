@@ -255,7 +255,7 @@ pub struct AdmissionSnapshot {
     pub min_rtt_ms: Option<f64>,
     /// The last window's service time (p90), in milliseconds.
     pub sample_rtt_ms: Option<f64>,
-    /// The last gradient, `min_rtt × 1.25 / sample_rtt` within [0.5, 2]:
+    /// The last gradient, `min_rtt × (1 + buffer) / sample_rtt` within [0.5, 2]:
     /// below 1 the limit shrinks.
     pub gradient: Option<f64>,
     /// When the minimum RTT is next measured, in milliseconds from now

@@ -74,6 +74,11 @@ pub struct AdmissionSettings {
     /// with (each time delayed by up to a quarter more, at random). Shorter
     /// follows a faster service sooner, at the cost of more such pauses.
     pub min_rtt_interval_seconds: Seconds,
+    /// How much slower than that unqueued service time (per cent) requests
+    /// may get before the limit shrinks: Envoy's `buffer` (its default 25;
+    /// ours 0: the figures are in the resilience crate's
+    /// `LimitConfig::DEFAULT_BUFFER_PERCENT`).
+    pub latency_buffer_percent: u32,
     /// Requests that may wait for a slot at once (0: none wait).
     pub queue_size: u32,
     /// The longest a request waits for a slot while the queue empties now
@@ -107,6 +112,8 @@ impl Default for AdmissionSettings {
             min_limit: 16,
             max_limit: 1000,
             min_rtt_interval_seconds: Seconds::new(5.0),
+            latency_buffer_percent:
+                shopeasy_resilience::admission::LimitConfig::DEFAULT_BUFFER_PERCENT,
             queue_size: 64,
             queue_timeout_seconds: Seconds::new(1.0),
             standing_queue_timeout_seconds: Seconds::new(0.0005),
@@ -146,6 +153,11 @@ impl AdmissionSettings {
                 self.min_rtt_interval_seconds,
                 0.1..=3600.0,
             );
+            v.number(
+                "latency_buffer_percent",
+                self.latency_buffer_percent,
+                0..=100,
+            );
             v.number("queue_size", self.queue_size, 0..=100_000);
             v.seconds(
                 "queue_timeout_seconds",
@@ -176,6 +188,7 @@ impl AdmissionSettings {
                 min: n(self.min_limit),
                 max: n(self.max_limit),
                 min_rtt_interval: self.min_rtt_interval_seconds.get(),
+                buffer_percent: self.latency_buffer_percent,
             },
             queue_size: n(self.queue_size),
             queue_timeout: self.queue_timeout_seconds.get(),
@@ -500,6 +513,19 @@ mod tests {
                 "redis_url"
             ]
         );
+        // The limit's latency buffer is a share of the minimum RTT: within
+        // 0–100 %, and what is loaded is what the limit gets.
+        let keys = error_keys(
+            Loader::new()
+                .env([("ADMISSION__LATENCY_BUFFER_PERCENT", "101")])
+                .load::<Flat>(),
+        );
+        assert_eq!(keys, ["admission.latency_buffer_percent"]);
+        let loaded = Loader::new()
+            .env([("ADMISSION__LATENCY_BUFFER_PERCENT", "40")])
+            .load::<Flat>()
+            .unwrap();
+        assert_eq!(loaded.process.admission.config().limit.buffer_percent, 40);
         // Port 0 twice is two free ports, not a clash.
         let mut s = Bare::default();
         s.process.ephemeral();
