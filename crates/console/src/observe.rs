@@ -150,7 +150,7 @@ impl Observer {
             budgets_of(service, &sections, &page, &mut round, &mut snapshot);
             caches_of(service, &sections, &mut round, &mut snapshot);
             reported_of(service, &sections, &mut snapshot);
-            if service.name == topology::ORDER.name && page.has(BACKLOG) {
+            if service.name == topology::ORDER.name && page.has(BACKLOG, &[]) {
                 let pending = page.sum(BACKLOG, &[]);
                 self.pending_since = match (pending > 0.0, self.pending_since) {
                     (true, None) => Some(at),
@@ -161,7 +161,7 @@ impl Observer {
                     pending,
                     pending_since_unix_ms: self.pending_since,
                     oldest_pending_age_seconds: page
-                        .has(OLDEST_PENDING)
+                        .has(OLDEST_PENDING, &[])
                         .then(|| page.sum(OLDEST_PENDING, &[]))
                         .filter(|age| pending > 0.0 && *age > 0.0),
                 });
@@ -232,7 +232,7 @@ impl Observer {
                 minimum_throughput: raw["config"]["minimum_throughput"].as_f64(),
                 next_trial_seconds: raw["open_remaining_seconds"].as_f64(),
                 break_duration_seconds: raw["config"]["break_duration_seconds"].as_f64(),
-                refused_fast: page.has(ATTEMPTS).then_some(refused),
+                refused_fast: page.has(ATTEMPTS, &[]).then_some(refused),
                 history: memory.history.iter().cloned().collect(),
                 trials: memory.trials.iter().cloned().collect(),
                 raw: raw.clone(),

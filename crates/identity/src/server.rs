@@ -173,14 +173,7 @@ impl Service for App {
     }
 
     async fn serve(self, public: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
-        lifecycle::serve_admitted(
-            public,
-            self.router,
-            lifecycle::admission(),
-            shutdown,
-            Self::DRAIN,
-        )
-        .await?;
+        lifecycle::serve_admitted(public, self.router, shutdown, Self::DRAIN).await?;
         Ok(())
     }
 }

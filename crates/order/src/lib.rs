@@ -294,14 +294,7 @@ impl Service for App {
             s.idempotency.lock_seconds.get(),
             self.verifier.clone(),
         );
-        let served = lifecycle::serve_admitted(
-            public,
-            router,
-            lifecycle::admission(),
-            shutdown,
-            Self::DRAIN,
-        )
-        .await;
+        let served = lifecycle::serve_admitted(public, router, shutdown, Self::DRAIN).await;
         workers.cancel();
         let _ = tokio::join!(outbox, cleanup);
         served?;

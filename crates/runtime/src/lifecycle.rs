@@ -17,8 +17,8 @@
 //! **Admission control** (SPEC §11) is built here once per service from the
 //! `admission.*` settings ([`inbound_admission`]), reported on the admin
 //! listener as `/admin/resilience`'s `admission` member, and handed to
-//! [`Service::serve`] through [`admission()`]: the HTTP services pass it to
-//! [`serve_admitted`], which puts it in front of the router with the 503
+//! [`Service::serve`] through [`admission()`]: the HTTP services serve their
+//! router with [`serve_admitted`], which puts it in front with the 503
 //! `overloaded` refusal; Inventory puts it in front of its gRPC routes with
 //! the `RESOURCE_EXHAUSTED` one. The admin listener never has it: health
 //! checks and metrics must answer under overload.
@@ -50,8 +50,8 @@ tokio::task_local! {
 /// The admission control of the public listener of the service being
 /// served: what [`Bound::start`] built from its `admission.*` settings and
 /// reported on its admin listener. Call it in [`Service::serve`] (on its
-/// task, before spawning) and pass it to [`serve_admitted`] or to your own server's
-/// [`AdmissionLayer`]. `None` when `admission.enabled` is false, or outside
+/// task, before spawning) and put it in front of your own server as an
+/// [`AdmissionLayer`]; [`serve_admitted`] reads it itself. `None` when `admission.enabled` is false, or outside
 /// a service started by [`Bound`].
 pub fn admission() -> Option<Admission> {
     INBOUND.try_with(Clone::clone).ok().flatten()
@@ -177,17 +177,29 @@ pub async fn serve(
     shutdown: CancellationToken,
     drain: Duration,
 ) -> io::Result<()> {
-    serve_admitted(listener, router, None, shutdown, drain).await
+    serve_http(listener, router, None, shutdown, drain).await
 }
 
-/// [`serve`] behind admission control: with `admission` (a public listener
-/// passes [`admission()`]) every request passes it first, and a refused one
-/// gets a 503 `overloaded` problem with `Retry-After` before the router
-/// sees it.
+/// [`serve`] behind the service's admission control: called from
+/// [`Service::serve`] (awaited on its task, where [`admission()`] is
+/// readable), every request passes the public listener's admission first,
+/// and a refused one gets a 503 `overloaded` problem with `Retry-After`
+/// before the router sees it. With `admission.enabled` false it is
+/// [`serve`].
 ///
 /// # Errors
 /// When accepting connections fails.
 pub async fn serve_admitted(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+    drain: Duration,
+) -> io::Result<()> {
+    serve_http(listener, router, admission(), shutdown, drain).await
+}
+
+/// The one axum server of every HTTP listener, with or without admission.
+async fn serve_http(
     listener: TcpListener,
     router: Router,
     admission: Option<Admission>,

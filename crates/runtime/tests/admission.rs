@@ -93,14 +93,7 @@ impl Service for Held {
                 }),
             )
             .with_state(self.gate);
-        lifecycle::serve_admitted(
-            public,
-            router,
-            lifecycle::admission(),
-            shutdown,
-            Self::DRAIN,
-        )
-        .await?;
+        lifecycle::serve_admitted(public, router, shutdown, Self::DRAIN).await?;
         Ok(())
     }
 }

@@ -8,8 +8,9 @@
 //! - [`wait`]: [`eventually`] and [`assert_eventually`], the one bounded
 //!   poll every crate's tests wait with.
 //! - [`http`]: [`get_json`], a GET whose JSON answer a test asserts on.
-//! - [`metrics`]: [`Metrics`], a `/metrics` page parsed, looked up by
-//!   name and labels.
+//! - [`Metrics`]: a `/metrics` page parsed, looked up by name and labels:
+//!   the console's reader (`shopeasy_console::prom`), so tests read the
+//!   page exactly as the console and the overload sweep do.
 //!
 //! Tests that need a server read `SHOPEASY_TEST_POSTGRES` (a URL to a
 //! database the test user may create databases from) and
@@ -27,11 +28,12 @@ use std::{
 use sqlx::{Connection, Executor, PgConnection};
 
 pub mod http;
-pub mod metrics;
 pub mod wait;
 
 pub use http::get_json;
-pub use metrics::{Metrics, metric_sum};
+/// A parsed `/metrics` page under the name tests read it by.
+pub use shopeasy_console::prom::Page as Metrics;
+pub use shopeasy_console::prom::{Sample, metric_sum};
 pub use wait::{assert_eventually, eventually};
 
 /// Variable naming the Postgres server for tests.
