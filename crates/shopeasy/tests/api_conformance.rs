@@ -32,7 +32,7 @@ use std::{
     time::Duration,
 };
 
-use shopeasy::system::{Options, System};
+use shopeasy::system::System;
 
 /// The answer-side checks (see the module doc for the two left out).
 const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_conformance,\
@@ -59,20 +59,17 @@ fn schemathesis() -> Option<PathBuf> {
 /// The embedded system with the gateway's rate limits out of the way, so
 /// the fuzzer's requests reach the services instead of a 429 (which the
 /// documents declare, so it would pass, but would test nothing).
-async fn start(dir: &std::path::Path) -> System {
-    let mut options = Options::for_tests(dir);
-    options.env = [
-        ("LIMITS__CLIENT_REQUESTS_PER_SECOND", "1000000"),
-        ("LIMITS__CLIENT_BURST", "1000000"),
-        ("LIMITS__CUSTOMER_ORDERS_PER_MINUTE", "1000000"),
-        ("LIMITS__CUSTOMER_ORDER_BURST", "1000000"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
-    System::start(options)
-        .await
-        .expect("the embedded system starts")
+async fn start(dir: &Path) -> System {
+    support::start_system(
+        dir,
+        &[
+            ("LIMITS__CLIENT_REQUESTS_PER_SECOND", "1000000"),
+            ("LIMITS__CLIENT_BURST", "1000000"),
+            ("LIMITS__CUSTOMER_ORDERS_PER_MINUTE", "1000000"),
+            ("LIMITS__CUSTOMER_ORDER_BURST", "1000000"),
+        ],
+    )
+    .await
 }
 
 /// Runs the fuzzer on the document at `base` + `document` with `token`,

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use browser::Browser;
 use serde_json::{Value, json};
-use shopeasy::system::{Options, System};
+use shopeasy::system::System;
 
 /// How long a step of the page may take (a wait, not a sleep).
 const STEP: Duration = Duration::from_secs(10);
@@ -36,19 +36,16 @@ const PAGE_LOAD_BUDGET_MS: f64 = 300.0;
 /// seconds; a short stock-cache TTL, so a cached count turns stale (and is
 /// badged) within a second of Inventory hanging.
 async fn start(dir: &std::path::Path) -> System {
-    let mut options = Options::for_tests(dir);
-    options.env = [
-        ("RESILIENCE__INVENTORY__TIMEOUT_SECONDS", "0.3"),
-        ("RESILIENCE__INVENTORY__BREAK_DURATION_SECONDS", "1"),
-        ("OUTBOX__POLL_INTERVAL_SECONDS", "0.2"),
-        ("RESILIENCE__STOCK_CACHE__TTL_SECONDS", "0.5"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
-    System::start(options)
-        .await
-        .expect("the embedded system starts")
+    support::start_system(
+        dir,
+        &[
+            ("RESILIENCE__INVENTORY__TIMEOUT_SECONDS", "0.3"),
+            ("RESILIENCE__INVENTORY__BREAK_DURATION_SECONDS", "1"),
+            ("OUTBOX__POLL_INTERVAL_SECONDS", "0.2"),
+            ("RESILIENCE__STOCK_CACHE__TTL_SECONDS", "0.5"),
+        ],
+    )
+    .await
 }
 
 /// Moves the page to `hash` without reloading it.

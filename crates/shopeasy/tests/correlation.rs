@@ -87,7 +87,6 @@ use opentelemetry_sdk::{
     trace::{InMemorySpanExporter, SdkTracerProvider, SpanData},
 };
 use serde_json::{Value, json};
-use shopeasy::system::{Options, System};
 use shopeasy_faults::ToxicWindow;
 use shopeasy_resilience::backoff::Backoff;
 use tracing_subscriber::{Layer as _, filter::LevelFilter, layer::SubscriberExt};
@@ -446,30 +445,29 @@ async fn every_retry_lies_inside_a_fault_window_of_its_edge() {
     tracing::subscriber::set_global_default(subscriber).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    let mut options = Options::for_tests(dir.path());
-    options.env = [
-        ("RESILIENCE__INVENTORY__TIMEOUT_SECONDS", "0.3"),
-        // Only the retry layer at work: the breaker never opens…
-        ("RESILIENCE__INVENTORY__FAILURE_RATIO", "1"),
-        ("RESILIENCE__INVENTORY__MINIMUM_CALLS", "10000"),
-        // …and the budget never refuses.
-        ("RESILIENCE__RETRY_BUDGET__RATIO", "1"),
-        ("RESILIENCE__RETRY_BUDGET__MIN_RETRIES_PER_WINDOW", "100000"),
-        // Orders keep reading stock from Inventory.
-        ("RESILIENCE__STOCK_CACHE__TTL_SECONDS", "0.1"),
-        // Pending orders are settled soon after a window.
-        ("OUTBOX__POLL_INTERVAL_SECONDS", "0.1"),
-        ("OUTBOX__INITIAL_BACKOFF_SECONDS", "0.1"),
-        ("OUTBOX__MAX_BACKOFF_SECONDS", "0.5"),
-        // Nothing but faults refuses an order.
-        ("ORDERS__MAX_OPEN_PER_CUSTOMER", "10000"),
-        ("LIMITS__CUSTOMER_ORDERS_PER_MINUTE", "100000"),
-        ("LIMITS__CUSTOMER_ORDER_BURST", "10000"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
-    let system = System::start(options).await.unwrap();
+    let system = support::start_system(
+        dir.path(),
+        &[
+            ("RESILIENCE__INVENTORY__TIMEOUT_SECONDS", "0.3"),
+            // Only the retry layer at work: the breaker never opens…
+            ("RESILIENCE__INVENTORY__FAILURE_RATIO", "1"),
+            ("RESILIENCE__INVENTORY__MINIMUM_CALLS", "10000"),
+            // …and the budget never refuses.
+            ("RESILIENCE__RETRY_BUDGET__RATIO", "1"),
+            ("RESILIENCE__RETRY_BUDGET__MIN_RETRIES_PER_WINDOW", "100000"),
+            // Orders keep reading stock from Inventory.
+            ("RESILIENCE__STOCK_CACHE__TTL_SECONDS", "0.1"),
+            // Pending orders are settled soon after a window.
+            ("OUTBOX__POLL_INTERVAL_SECONDS", "0.1"),
+            ("OUTBOX__INITIAL_BACKOFF_SECONDS", "0.1"),
+            ("OUTBOX__MAX_BACKOFF_SECONDS", "0.5"),
+            // Nothing but faults refuses an order.
+            ("ORDERS__MAX_OPEN_PER_CUSTOMER", "10000"),
+            ("LIMITS__CUSTOMER_ORDERS_PER_MINUTE", "100000"),
+            ("LIMITS__CUSTOMER_ORDER_BURST", "10000"),
+        ],
+    )
+    .await;
     let http = reqwest::Client::new();
     let gw = format!("http://{}", system.addresses.gateway);
     let faults = Faults {

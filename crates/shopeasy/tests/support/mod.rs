@@ -6,6 +6,24 @@
 #![allow(dead_code, unreachable_pub)]
 
 use serde_json::{Value, json};
+use shopeasy::system::{Options, System};
+
+/// The embedded system on ephemeral ports with its data in `dir`, every
+/// service reading `env` (`KEY`, value, as the environment names them):
+/// how a test shortens timeouts or moves a limit out of its way.
+///
+/// # Panics
+/// When the system does not start.
+pub async fn start_system(dir: &std::path::Path, env: &[(&str, &str)]) -> System {
+    let mut options = Options::for_tests(dir);
+    options.env = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    System::start(options)
+        .await
+        .expect("the embedded system starts")
+}
 
 /// `GET url` as JSON.
 ///
