@@ -51,8 +51,8 @@ tokio::task_local! {
 /// served: what [`Bound::start`] built from its `admission.*` settings and
 /// reported on its admin listener. Call it in [`Service::serve`] (on its
 /// task, before spawning) and put it in front of your own server as an
-/// [`AdmissionLayer`]; [`serve_admitted`] reads it itself. `None` when `admission.enabled` is false, or outside
-/// a service started by [`Bound`].
+/// [`AdmissionLayer`]; [`serve_admitted`] reads it itself. `None` when
+/// `admission.enabled` is false, or outside a service started by [`Bound`].
 pub fn admission() -> Option<Admission> {
     INBOUND.try_with(Clone::clone).ok().flatten()
 }
