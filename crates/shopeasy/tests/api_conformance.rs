@@ -26,11 +26,7 @@
 
 mod support;
 
-use std::{
-    path::{Path, PathBuf},
-    process::Stdio,
-    time::Duration,
-};
+use std::{path::Path, process::Stdio, time::Duration};
 
 use shopeasy::system::System;
 
@@ -45,16 +41,6 @@ const EXAMPLES: &str = "40";
 
 /// The longest one document's run may take (a debug build, two cores).
 const RUN_LIMIT: Duration = Duration::from_secs(300);
-
-/// The fuzzer's executable, if installed.
-fn schemathesis() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("SCHEMATHESIS").map(PathBuf::from) {
-        return path.is_file().then_some(path);
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join("schemathesis"))
-        .find(|candidate| candidate.is_file())
-}
 
 /// The embedded system with the gateway's rate limits out of the way, so
 /// the fuzzer's requests reach the services instead of a 429 (which the
@@ -115,7 +101,7 @@ async fn fuzz(work: &Path, bin: &Path, name: &str, base: &str, document: &str, t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_answer_to_generated_hostile_input_is_one_the_documents_declare() {
-    let Some(bin) = schemathesis() else {
+    let Some(bin) = shopeasy_testkit::find_program(&["schemathesis"], "SCHEMATHESIS") else {
         shopeasy_testkit::skip(
             "Schemathesis",
             "schemathesis not found (PATH or SCHEMATHESIS)",

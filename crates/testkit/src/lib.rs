@@ -8,6 +8,8 @@
 //! - [`wait`]: [`eventually`] and [`assert_eventually`], the one bounded
 //!   poll every crate's tests wait with.
 //! - [`http`]: [`get_json`], a GET whose JSON answer a test asserts on.
+//! - [`find_program`]: a tool a test drives (a browser, a fuzzer), found
+//!   by its variable or on `PATH`.
 //! - [`Metrics`]: a `/metrics` page parsed, looked up by name and labels:
 //!   the console's reader (`shopeasy_console::prom`), so tests read the
 //!   page exactly as the console and the overload sweep do.
@@ -64,6 +66,19 @@ pub fn skip(what: &str, reason: &str) {
     // harness captures: a skip must be seen even when the test passes.
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "SKIPPED {test}: needs {what}; {reason}");
+}
+
+/// A tool a test drives (a browser, a fuzzer): the program `var` names,
+/// or else the first of `names` found on `PATH`; `None` when neither is
+/// there, for the caller to [`skip`].
+pub fn find_program(names: &[&str], var: &str) -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(var).map(PathBuf::from) {
+        return path.is_file().then_some(path);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .flat_map(|dir| names.iter().map(move |name| dir.join(name)))
+        .find(|candidate| candidate.is_file())
 }
 
 /// A database of the test's own. Postgres databases are dropped when this

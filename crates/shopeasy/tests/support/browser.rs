@@ -35,7 +35,7 @@ use std::{
 use fantoccini::{Client, ClientBuilder, Locator, elements::Element};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{Value, json};
-use shopeasy_testkit::{skip, wait::poll};
+use shopeasy_testkit::{find_program, skip, wait::poll};
 
 /// Variable naming the screenshot folder (overrides the default).
 pub const SCREENSHOTS_VAR: &str = "SHOPEASY_SCREENSHOTS";
@@ -411,17 +411,6 @@ fn kill_group(child: &mut Child) {
         .status();
     let _ = child.kill();
     let _ = child.wait();
-}
-
-/// The program named by `var`, or the first of `names` found on `PATH`.
-fn find_program(names: &[&str], var: &str) -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os(var).map(PathBuf::from) {
-        return path.is_file().then_some(path);
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .flat_map(|dir| names.iter().map(move |name| dir.join(name)))
-        .find(|candidate| candidate.is_file())
 }
 
 /// A port nobody listens on right now (the driver binds it just after).
