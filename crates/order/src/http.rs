@@ -16,7 +16,6 @@ use axum::{
     Router,
     extract::{DefaultBodyLimit, FromRef, Path, State},
     response::{IntoResponse, Response},
-    routing::get,
 };
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use serde::{Deserialize, Serialize};
@@ -31,7 +30,7 @@ use crate::{
     domain::{Customer, NewOrder, Order, OrderRequest},
     error::Error,
     idempotency::{self, valid_key},
-    openapi::{ApiDoc, BodyProblems, CommonProblems, ProblemDetails},
+    openapi::{ApiDoc, BodyProblems, CommonProblems, ProblemDetails, RateLimited},
     saga::{MAX_PAGE, Orders, Placed},
     stock::StockLevel,
     store::{PageCursor, StoredResponse},
@@ -90,7 +89,7 @@ pub fn router(orders: Orders, key_lock: Duration, verifier: Verifier) -> Router 
         // A static segment: matched before `/api/orders/{id}`.
         .route(
             crate::openapi::PATH,
-            get(crate::openapi::handler(&document)),
+            shopeasy_runtime::openapi::route(&document),
         )
         .fallback(|| async { Problem::no_route() })
         .method_not_allowed_fallback(|| async { Problem::method_not_allowed() })
@@ -269,8 +268,7 @@ fn replay(stored: &StoredResponse) -> Response {
     responses(
         (status = 200, description = "The order", body = Order),
         (status = 404, description = "No such order, or another customer's (the same answer)", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 429, description = "At the gateway: the customer's rate limit (with `RateLimit-Policy` and `RateLimit`)", body = ProblemDetails, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        RateLimited,
         CommonProblems,
     )
 )]
@@ -325,8 +323,7 @@ struct OrderList {
     responses(
         (status = 200, description = "A page of the caller's orders", body = OrderList),
         (status = 422, description = "A bad `limit` or `cursor`, or a `customer_id` other than the token's `sub`, each named in `errors`", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 429, description = "At the gateway: the customer's rate limit (with `RateLimit-Policy` and `RateLimit`)", body = ProblemDetails, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        RateLimited,
         CommonProblems,
     )
 )]
@@ -396,8 +393,7 @@ async fn list(
         (status = 200, description = "The order, now `cancelled`", body = Order),
         (status = 404, description = "No such order, or another customer's (the same answer)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, description = "`not-cancellable`: a rejected order holds no stock", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 429, description = "At the gateway: the customer's rate limit (with `RateLimit-Policy` and `RateLimit`)", body = ProblemDetails, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+        RateLimited,
         CommonProblems,
     )
 )]

@@ -4,17 +4,13 @@
 //! The operations are the `#[utoipa::path]` annotations of the handlers in
 //! [`crate::http`], registered together with their routes by `utoipa-axum`,
 //! so a route cannot be served without being documented. What they share —
-//! the bearer scheme, the problem body, the answers every operation can give
-//! — is declared here once, so the handlers stay thin.
+//! the bearer scheme, the answers every operation can give — is declared
+//! here once, so the handlers stay thin; the problem body's schema and the
+//! document's route are every HTTP service's, in `shopeasy_runtime::openapi`.
 
-use std::sync::Arc;
-
-use axum::response::{IntoResponse, Response};
-use http::header;
-use utoipa::{
-    IntoResponses, Modify, OpenApi, ToSchema,
-    openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
-};
+use shopeasy_runtime::openapi::BearerScheme;
+pub(crate) use shopeasy_runtime::openapi::{FieldErrorDoc, ProblemDetails};
+use utoipa::{IntoResponses, OpenApi};
 
 /// Where the document is served (anonymously: it describes the API, it
 /// reveals no order).
@@ -36,9 +32,11 @@ product (`GET /api/stock/{product_id}`) is anonymous. The customer \
 is the token's `sub`, never a field the client chooses. A customer sees, lists and \
 cancels only their own orders: another customer's order id is answered 404 exactly \
 like an unknown id. Errors are RFC 9457 problem details (`application/problem+json`) \
-with `type`, `title`, `status`, `detail` and, for validation problems, `errors`."
+with `type`, `title`, `status`, `detail` and, for validation problems, `errors`. Some \
+types add members: `products` (`unknown-product`, `out-of-stock`), `order_id` \
+(`out-of-stock` when a rejected order was recorded), `max_open` (`too-many-open-orders`)."
     ),
-    modifiers(&BearerAuth),
+    modifiers(&BEARER),
     components(schemas(ProblemDetails, FieldErrorDoc)),
     tags(
         (name = "orders", description = "The signed-in customer's orders"),
@@ -48,65 +46,16 @@ with `type`, `title`, `status`, `detail` and, for validation problems, `errors`.
 pub(crate) struct ApiDoc;
 
 /// Declares the [`SECURITY_SCHEME`] the operations name.
-struct BearerAuth;
-
-impl Modify for BearerAuth {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let components = openapi.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            SECURITY_SCHEME,
-            SecurityScheme::Http(
-                HttpBuilder::new()
-                    .scheme(HttpAuthScheme::Bearer)
-                    .bearer_format("JWT")
-                    .description(Some(
-                        "A JWT access token (RFC 9068) from the shop's issuer: issuer, \
-                         audience, expiry and signature are checked; `sub` is the customer. \
-                         The embedded demo signs in with `POST /api/session` \
-                         `{\"customer\":\"alice\"}` through the gateway.",
-                    ))
-                    .build(),
-            ),
-        );
-    }
-}
-
-/// An RFC 9457 problem, as every error is sent (documentation only: the
-/// body is built by `shopeasy_runtime::problem::Problem`). Some types add
-/// members: `products` (`unknown-product`, `out-of-stock`), `order_id`
-/// (`out-of-stock` when a rejected order was recorded), `max_open`
-/// (`too-many-open-orders`).
-#[derive(ToSchema)]
-#[schema(
-    description = "An RFC 9457 problem, as every error is sent. Some types add members: \
-`products` (`unknown-product`, `out-of-stock`), `order_id` (`out-of-stock` when a rejected \
-order was recorded), `max_open` (`too-many-open-orders`)."
-)]
-#[allow(dead_code)]
-pub(crate) struct ProblemDetails {
-    /// `urn:shopeasy:problem:<slug>`, for example
-    /// `urn:shopeasy:problem:too-many-open-orders`.
-    r#type: String,
-    /// Short summary of the problem type.
-    title: String,
-    /// The HTTP status.
-    status: u16,
-    /// What happened this time (always present).
-    detail: String,
-    /// For validation problems: each invalid field.
-    errors: Option<Vec<FieldErrorDoc>>,
-}
-
-/// One invalid field of a validation problem (documentation only).
-#[derive(ToSchema)]
-#[schema(description = "One invalid field of a validation problem.")]
-#[allow(dead_code)]
-pub(crate) struct FieldErrorDoc {
-    /// The field's path, for example `items[2].quantity` or `customer_id`.
-    field: String,
-    /// What is wrong with it.
-    message: String,
-}
+const BEARER: BearerScheme = BearerScheme {
+    name: SECURITY_SCHEME,
+    format: Some("JWT"),
+    description: Some(
+        "A JWT access token (RFC 9068) from the shop's issuer: issuer, \
+         audience, expiry and signature are checked; `sub` is the customer. \
+         The embedded demo signs in with `POST /api/session` \
+         `{\"customer\":\"alice\"}` through the gateway.",
+    ),
+};
 
 /// The answers every order operation can give (documentation only).
 #[derive(IntoResponses)]
@@ -154,21 +103,17 @@ pub(crate) enum BodyProblems {
     UnsupportedMediaType(ProblemDetails),
 }
 
-/// `GET` [`PATH`]: the document, rendered once at start-up.
-pub(crate) fn handler(
-    document: &utoipa::openapi::OpenApi,
-) -> impl Fn() -> std::future::Ready<Response> + Clone + Send + Sync + 'static {
-    let text: Arc<str> = document
-        .to_json()
-        .unwrap_or_else(|_| "{}".to_owned())
-        .into();
-    move || {
-        std::future::ready(
-            (
-                [(header::CONTENT_TYPE, "application/json")],
-                text.to_string(),
-            )
-                .into_response(),
-        )
-    }
+/// The gateway's answer to a customer over their rate limit, for the
+/// operations that order itself never answers 429 (documentation only).
+#[derive(IntoResponses)]
+#[allow(dead_code)]
+pub(crate) enum RateLimited {
+    /// At the gateway: the customer's rate limit (with `RateLimit-Policy`
+    /// and `RateLimit`).
+    #[response(
+        status = 429,
+        content_type = "application/problem+json",
+        headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))
+    )]
+    RateLimited(ProblemDetails),
 }

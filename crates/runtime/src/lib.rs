@@ -26,6 +26,9 @@
 //!   migrations.
 //! - [`problem`]: RFC 9457 problem details, the only error body ShopEasy's HTTP
 //!   services send.
+//! - `openapi` (feature `openapi`): what the HTTP services' OpenAPI
+//!   documents share — the problem body's schema, the bearer scheme, the
+//!   document's route.
 //! - [`auth`]: the bearer-token check of every admin operation, HTTP or gRPC.
 //! - [`redis_guard`]: a Redis connection with a per-call timeout and a rest
 //!   after a failure, for the caches that keep a copy in Redis.
@@ -40,6 +43,8 @@ pub mod admin;
 pub mod auth;
 pub mod db;
 pub mod lifecycle;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 pub mod problem;
 pub mod redis_guard;
 pub mod settings;

@@ -9,8 +9,9 @@ use axum::{
 use bytes::Bytes;
 use serde::Deserialize;
 use shopeasy_product_api::{NewProduct, Product, ProductPage, ProductUpdate, paths};
+use shopeasy_runtime::openapi::ProblemDetails;
 use shopeasy_runtime::problem::{Json, Query};
-use utoipa::{IntoParams, IntoResponses, ToSchema};
+use utoipa::{IntoParams, IntoResponses};
 use uuid::Uuid;
 
 use super::{AppState, auth::AdminAuth};
@@ -30,23 +31,6 @@ pub(crate) struct ListParams {
     limit: Option<String>,
     /// `next_cursor` of the previous page; absent for the first page.
     cursor: Option<String>,
-}
-
-/// An RFC 9457 problem, as every error is sent (documentation only: the
-/// body is built by `shopeasy_runtime::problem::Problem`).
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(crate) struct ProblemDetails {
-    /// `urn:shopeasy:problem:<slug>`.
-    r#type: String,
-    /// Short summary of the problem type.
-    title: String,
-    /// The HTTP status.
-    status: u16,
-    /// What happened this time (always present).
-    detail: String,
-    /// For validation problems: each invalid field.
-    errors: Option<Vec<FieldErrorDoc>>,
 }
 
 /// The problems both admin writes (create, replace) can answer, listed once
@@ -72,16 +56,6 @@ pub(crate) enum WriteProblems {
     /// Invalid fields, each named.
     #[response(status = 422, content_type = "application/problem+json")]
     Invalid(ProblemDetails),
-}
-
-/// One invalid field (documentation only).
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub(crate) struct FieldErrorDoc {
-    /// The field's name.
-    field: String,
-    /// What is wrong with it.
-    message: String,
 }
 
 /// A page of the catalogue, in a stable order.

@@ -13,15 +13,15 @@ mod auth;
 mod error;
 mod handlers;
 
-use std::sync::Arc;
-
-use axum::{Router, extract::DefaultBodyLimit, http::header, routing::get};
+use axum::{Router, extract::DefaultBodyLimit};
 use shopeasy_product_api::paths;
-use shopeasy_runtime::{problem::Problem, settings::Secret, telemetry};
-use utoipa::{
-    Modify, OpenApi,
-    openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
+use shopeasy_runtime::{
+    openapi::{self, BearerScheme},
+    problem::Problem,
+    settings::Secret,
+    telemetry,
 };
+use utoipa::OpenApi;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::catalogue::Catalogue;
@@ -44,23 +44,17 @@ pub struct AppState {
         title = "ShopEasy Product API",
         description = "The catalogue. Errors are RFC 9457 problem details (`application/problem+json`)."
     ),
-    modifiers(&BearerToken),
+    modifiers(&BEARER),
     tags((name = "products", description = "The product catalogue"))
 )]
 struct ApiDoc;
 
 /// Declares the `bearer` security scheme the admin operations name.
-struct BearerToken;
-
-impl Modify for BearerToken {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let components = openapi.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            "bearer",
-            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
-        );
-    }
-}
+const BEARER: BearerScheme = BearerScheme {
+    name: "bearer",
+    format: None,
+    description: Some("The admin token (setting `admin_token`, `ADMIN_TOKEN`); reads need none."),
+};
 
 /// The public router with its OpenAPI document at
 /// [`paths::OPENAPI`].
@@ -78,20 +72,8 @@ pub fn router(state: AppState) -> Router {
         ],
     );
     let (router, api) = api_router().split_for_parts();
-    let document: Arc<str> = api.to_json().unwrap_or_else(|_| "{}".to_owned()).into();
     router
-        .route(
-            paths::OPENAPI,
-            get(move || {
-                let document = Arc::clone(&document);
-                async move {
-                    (
-                        [(header::CONTENT_TYPE, "application/json")],
-                        document.to_string(),
-                    )
-                }
-            }),
-        )
+        .route(paths::OPENAPI, openapi::route(&api))
         .fallback(|| async { Problem::no_route() })
         .method_not_allowed_fallback(|| async { Problem::method_not_allowed() })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
