@@ -3,7 +3,8 @@
 //!
 //! One reader serves every consumer of the page: the console sums the
 //! counters it derives rates from, the overload sweep reads the gateway's
-//! histogram, and every crate's tests check their counters through it
+//! histogram, the demo's scenes count calls before and after a fault, and
+//! every crate's tests check their counters through it
 //! (`shopeasy_testkit` re-exports it), so a label's quoting, a sample
 //! without labels, a timestamp or a `# HELP` line is read the same way
 //! everywhere, and a series is named by its labels instead of matched as

@@ -109,17 +109,14 @@ pub async fn run(run: &Run) -> anyhow::Result<Outcome> {
     let env_with: Vec<_> = COMMON.iter().chain(&WITH).copied().collect();
     let with = half(run, &settings(&env_with), &mut outcome).await?;
     table.push(row("on (0.2, min 2)", &with, &format!("≤ {bound:.2}")));
-    let without = if run.target == super::Target::Embedded {
+    let without = super::without(run, "the budget", &mut outcome, async |outcome| {
         let env_without: Vec<_> = COMMON.iter().chain(&WITHOUT).copied().collect();
-        let without = half(run, &settings(&env_without), &mut outcome).await?;
-        table.push(row("off", &without, "3.00"));
-        Some(without)
-    } else {
-        outcome
-            .notes
-            .push("the half without the budget needs a second system: skipped".to_owned());
-        None
-    };
+        half(run, &settings(&env_without), outcome).await
+    })
+    .await?;
+    if let Some(w) = &without {
+        table.push(row("off", w, "3.00"));
+    }
     outcome.timelines.push(table);
 
     outcome.figure("attempts_per_call_with_budget", with.per_call());

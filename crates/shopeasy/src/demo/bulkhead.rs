@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::{task::JoinSet, time::Instant};
 
-use super::{Outcome, Run, Scene, SceneInfo, Target, Timeline, live::Live, settings, system};
+use super::{Outcome, Run, Scene, SceneInfo, Timeline, live::Live, settings, system};
 
 /// What `--list` and `--help` say.
 pub const INFO: SceneInfo = SceneInfo {
@@ -84,21 +84,18 @@ pub async fn run(run: &Run) -> anyhow::Result<Outcome> {
         .collect();
     let with = half(run, &settings(&with_env), &mut outcome).await?;
     table.push(row("4 slots", &with));
-    let without = if run.target == Target::Embedded {
+    let without = super::without(run, "the bulkhead", &mut outcome, async |outcome| {
         let env: Vec<_> = COMMON
             .iter()
             .chain(&[("RESILIENCE__INVENTORY__MAX_CONCURRENCY", "10000")])
             .copied()
             .collect();
-        let without = half(run, &settings(&env), &mut outcome).await?;
-        table.push(row("off", &without));
-        Some(without)
-    } else {
-        outcome
-            .notes
-            .push("the half without the bulkhead needs a second system: skipped".to_owned());
-        None
-    };
+        half(run, &settings(&env), outcome).await
+    })
+    .await?;
+    if let Some(w) = &without {
+        table.push(row("off", w));
+    }
     outcome.timelines.push(table);
     outcome.figure("sent_with_bulkhead", with.sent);
     outcome.figure("shed_with_bulkhead", with.shed);

@@ -13,6 +13,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
+use shopeasy_console::prom::Page;
 use shopeasy_faults::ToxicWindow;
 
 use crate::system::{Options, System};
@@ -339,67 +340,31 @@ pub fn unix_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// The samples of a `/metrics` page (the Prometheus text format), enough
-/// for a scene to take the difference of a counter before and after.
+/// A `/metrics` page (read by the console's one reader, `prom::Page`),
+/// with the sums a scene takes the difference of before and after.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Counters {
-    samples: Vec<Sample>,
-}
-
-/// One sample line: `name{label="value",…} value`.
-#[derive(Debug, Clone, PartialEq)]
-struct Sample {
-    name: String,
-    labels: Vec<(String, String)>,
-    value: f64,
+    page: Page,
 }
 
 impl Counters {
     /// Parses the text format; comments and lines that are not a sample
     /// are skipped.
     pub fn parse(text: &str) -> Self {
-        let samples = text
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(|line| {
-                let (series, value) = line.rsplit_once(' ')?;
-                let value: f64 = value.parse().ok()?;
-                let (name, labels) = match series.split_once('{') {
-                    Some((name, rest)) => (name, rest.trim_end_matches('}')),
-                    None => (series, ""),
-                };
-                let labels = labels
-                    .split(',')
-                    .filter_map(|pair| {
-                        let (k, v) = pair.split_once('=')?;
-                        Some((k.to_owned(), v.trim_matches('"').to_owned()))
-                    })
-                    .collect();
-                Some(Sample {
-                    name: name.to_owned(),
-                    labels,
-                    value,
-                })
-            })
-            .collect();
-        Self { samples }
+        Self {
+            page: Page::parse(text),
+        }
     }
 
     /// The sum of `name` over the series carrying every `(label, value)` of
     /// `with` and none of the `(label, value)`s of `without`.
     pub fn sum(&self, name: &str, with: &[(&str, &str)], without: &[(&str, &str)]) -> f64 {
-        let has = |labels: &[(String, String)], (k, v): &(&str, &str)| {
-            labels.iter().any(|(lk, lv)| lk == k && lv == v)
-        };
-        self.samples
-            .iter()
-            .filter(|s| {
-                s.name == name
-                    && with.iter().all(|p| has(&s.labels, p))
-                    && !without.iter().any(|p| has(&s.labels, p))
-            })
+        self.page
+            .matching(name, with)
+            .filter(|s| !without.iter().any(|(k, v)| s.label(k) == Some(*v)))
             .map(|s| s.value)
-            .sum()
+            .sum::<f64>()
+            + 0.0
     }
 
     /// Calls Order made to Inventory that the breaker let through (every
@@ -445,15 +410,17 @@ mod tests {
     }
 
     #[test]
-    fn counters_sum_over_the_labels_left_open() {
+    fn counters_sum_over_the_labels_left_open_as_the_console_reads_them() {
         let page = Counters::parse(
             "# TYPE x counter\n\
-             shopeasy_downstream_request_duration_seconds_count{target=\"inventory\",outcome=\"ok\"} 3\n\
+             shopeasy_downstream_request_duration_seconds_count{target=\"inventory\",outcome=\"ok\"} 3 1700000000000\n\
              shopeasy_downstream_request_duration_seconds_count{target=\"inventory\",outcome=\"circuit_open\"} 4\n\
              shopeasy_downstream_request_duration_seconds_count{target=\"product\",outcome=\"ok\"} 5\n\
+             shopeasy_downstream_request_duration_seconds_count{target=\"inventory\",outcome=\"throttled\"} 6\n\
+             shopeasy_downstream_request_duration_seconds_count{target=\"inventory\",outcome=\"error\",detail=\"a, b\"} 1\n\
              shopeasy_downstream_retries_total{target=\"inventory\",outcome=\"retried\"} 2\n",
         );
-        assert!((page.inventory_calls() - 3.0).abs() < f64::EPSILON);
+        assert!((page.inventory_calls() - 4.0).abs() < f64::EPSILON);
         assert!((page.inventory_retries() - 2.0).abs() < f64::EPSILON);
     }
 }

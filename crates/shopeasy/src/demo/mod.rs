@@ -287,6 +287,28 @@ pub(crate) async fn system(
     }
 }
 
+/// The second half of a scene that compares a mechanism on and off: `half`
+/// run on a system of its own with the mechanism off. Only the embedded
+/// target can start one; on a running system (its settings are its own)
+/// the half is skipped with a note saying what it would have shown.
+///
+/// # Errors
+/// The half's own.
+pub(crate) async fn without<T>(
+    run: &Run,
+    mechanism: &str,
+    outcome: &mut Outcome,
+    half: impl AsyncFnOnce(&mut Outcome) -> anyhow::Result<T>,
+) -> anyhow::Result<Option<T>> {
+    if run.target != Target::Embedded {
+        outcome.notes.push(format!(
+            "the half without {mechanism} needs a second system: skipped"
+        ));
+        return Ok(None);
+    }
+    half(outcome).await.map(Some)
+}
+
 /// The settings every live scene shares: no per-customer limit in the way
 /// of a scene's burst of orders, and an outbox worker that leaves the
 /// scene's pending orders alone until it is over (its reservations would
@@ -302,4 +324,41 @@ pub(crate) const QUIET: [(&str, &str); 5] = [
 /// `QUIET` followed by `own` (a later key wins).
 pub(crate) fn settings<'a>(own: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     QUIET.iter().chain(own).copied().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_half_without_runs_only_where_a_second_system_can_start() {
+        let mut outcome = Outcome::new(Scene::Bulkhead);
+        let ran = without(&Run::default(), "the bulkhead", &mut outcome, async |o| {
+            o.figure("ran", 1.0);
+            Ok(7)
+        })
+        .await
+        .unwrap();
+        assert_eq!(ran, Some(7));
+        assert_eq!(outcome.get("ran"), Some(1.0));
+        assert!(outcome.notes.is_empty(), "{:?}", outcome.notes);
+
+        let running = Run {
+            target: Target::Running(Endpoints::on_host("127.0.0.1")),
+            seed: 7,
+        };
+        let mut outcome = Outcome::new(Scene::Bulkhead);
+        let skipped = without(&running, "the bulkhead", &mut outcome, async |o| {
+            o.figure("ran", 1.0);
+            Ok(7)
+        })
+        .await
+        .unwrap();
+        assert_eq!(skipped, None);
+        assert_eq!(outcome.get("ran"), None);
+        assert_eq!(
+            outcome.notes,
+            ["the half without the bulkhead needs a second system: skipped"]
+        );
+    }
 }

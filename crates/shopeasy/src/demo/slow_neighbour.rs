@@ -20,7 +20,7 @@ use tokio::{
     time::{Instant, sleep_until},
 };
 
-use super::{Outcome, Run, Scene, SceneInfo, TICK, Target, Timeline, live::Live, settings, system};
+use super::{Outcome, Run, Scene, SceneInfo, TICK, Timeline, live::Live, settings, system};
 
 /// What `--list` and `--help` say.
 pub const INFO: SceneInfo = SceneInfo {
@@ -96,17 +96,14 @@ pub async fn run(run: &Run) -> anyhow::Result<Outcome> {
     let on_env: Vec<_> = COMMON.iter().chain(&ON).copied().collect();
     let on = half(run, &settings(&on_env), &mut outcome).await?;
     table.push(row("on (0.3 s, 4 slots)", &on));
-    let off = if run.target == Target::Embedded {
+    let off = super::without(run, "the mechanisms", &mut outcome, async |outcome| {
         let env: Vec<_> = COMMON.iter().chain(&OFF).copied().collect();
-        let off = half(run, &settings(&env), &mut outcome).await?;
-        table.push(row("off (10 s, no limit)", &off));
-        Some(off)
-    } else {
-        outcome
-            .notes
-            .push("the half without the mechanisms needs a second system: skipped".to_owned());
-        None
-    };
+        half(run, &settings(&env), outcome).await
+    })
+    .await?;
+    if let Some(off) = &off {
+        table.push(row("off (10 s, no limit)", off));
+    }
     outcome.timelines.push(table);
     outcome.figure("waiting_with", on.waiting_at_end as f64);
     outcome.figure("slowest_order_with_ms", on.slowest_order.as_millis() as f64);
