@@ -33,16 +33,30 @@ pub struct Product {
     pub id: Uuid,
     /// Stock-keeping unit: 3 to 32 characters `A-Z`, `0-9` and `-`,
     /// starting with a letter or digit; unique in the catalogue.
-    #[cfg_attr(feature = "openapi", schema(example = "TEA-001"))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            example = "TEA-001",
+            pattern = "^[A-Z0-9][A-Z0-9-]{2,31}$",
+            min_length = 3,
+            max_length = 32
+        )
+    )]
     pub sku: String,
     /// Display name, 1 to 200 characters.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 200))]
     pub name: String,
     /// Free text, at most 2,000 characters.
+    #[cfg_attr(feature = "openapi", schema(max_length = 2000))]
     pub description: String,
     /// Price in the currency's minor unit (cents), never negative.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 0, maximum = 1_000_000_000_000_i64)
+    )]
     pub price_cents: i64,
     /// ISO 4217 code, for example `EUR`.
-    #[cfg_attr(feature = "openapi", schema(example = "EUR"))]
+    #[cfg_attr(feature = "openapi", schema(example = "EUR", pattern = "^[A-Z]{3}$"))]
     pub currency: String,
 }
 
@@ -58,21 +72,51 @@ pub struct ProductPage {
 }
 
 /// The body of `POST /api/products`: a product without its id.
+///
+/// Its schema's constraints are each implied by the service's rules, so
+/// input that breaks one is always refused (the API conformance test
+/// holds the service to that); the rules say more than a schema can (a
+/// name is trimmed first and has no control characters, a currency is an
+/// active ISO 4217 code), and those answer 422 naming the field.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NewProduct {
     /// See [`Product::sku`].
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            example = "TEA-001",
+            pattern = "^[A-Z0-9][A-Z0-9-]{2,31}$",
+            min_length = 3,
+            max_length = 32
+        )
+    )]
     pub sku: String,
-    /// See [`Product::name`].
+    /// See [`Product::name`] (trimmed before it is counted).
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub name: String,
-    /// See [`Product::description`]; may be omitted (empty).
+    /// See [`Product::description`]; may be omitted (empty), not `null`.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 2000))]
     pub description: String,
     /// See [`Product::price_cents`].
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 0, maximum = 1_000_000_000_000_i64)
+    )]
     pub price_cents: i64,
     /// See [`Product::currency`].
+    #[cfg_attr(feature = "openapi", schema(example = "EUR", pattern = "^[A-Z]{3}$"))]
     pub currency: String,
 }
+
+/// A SKU as a regular expression: the documents' `pattern` (the schema
+/// attributes take it as a literal; the service's tests hold the two equal).
+pub const SKU_PATTERN: &str = "^[A-Z0-9][A-Z0-9-]{2,31}$";
+
+/// The shape every ISO 4217 alphabetic code has (the documents'
+/// `pattern`; the service also checks the code is an active one).
+pub const CURRENCY_PATTERN: &str = "^[A-Z]{3}$";
 
 /// The body of `PUT /api/products/{id}`: it replaces every field, so it has
 /// the same shape as [`NewProduct`].

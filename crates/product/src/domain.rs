@@ -208,8 +208,9 @@ impl ProductDraft {
         let sku = sku.and_then(|v| check(&mut issues, "sku", text(v).and_then(Sku::parse)));
         let name =
             name.and_then(|v| check(&mut issues, "name", text(v).and_then(ProductName::parse)));
+        // Omitted is empty; `null` is not a string, as the document says.
         let description = match description {
-            None | Some(Value::Null) => Some(Description::default()),
+            None => Some(Description::default()),
             Some(v) => check(
                 &mut issues,
                 "description",
@@ -303,6 +304,77 @@ mod tests {
             ProductDraft::parse(&json!({"sku":"A-1","name":"x","price_cents":1.5,"currency":"EUR"})),
             Err(Invalid(i)) if i[0].field == "price_cents"
         ));
+    }
+
+    #[test]
+    fn a_null_description_is_not_a_string() {
+        let err = ProductDraft::parse(&json!({
+            "sku": "TEA-1", "name": "Tea", "description": null, "price_cents": 450, "currency": "EUR"
+        }))
+        .unwrap_err();
+        assert_eq!(err.0.len(), 1, "{err:?}");
+        assert_eq!(err.0[0].field, "description");
+        assert_eq!(err.0[0].message, "must be a string");
+    }
+
+    /// The OpenAPI document's constraints are the rules' own, so input the
+    /// document refuses is refused here too: the SKU pattern is exactly
+    /// [`Sku::parse`] (over random strings), and the lengths and bounds
+    /// are these constants.
+    #[test]
+    fn the_documents_constraints_are_the_rules() {
+        use rand::{Rng as _, SeedableRng as _, rngs::SmallRng};
+
+        let pattern = regex::Regex::new(shopeasy_product_api::SKU_PATTERN).unwrap();
+        // Mostly allowed characters, so that long valid SKUs are common
+        // and the edges (length 3 and 32, a leading `-`) are reached.
+        let allowed: Vec<char> = "AZ09-B7".chars().collect();
+        let other: Vec<char> = "a Ä_".chars().collect();
+        let mut rng = SmallRng::seed_from_u64(14);
+        for _ in 0..20_000 {
+            let len = rng.random_range(0..=SKU_MAX + 2);
+            let s: String = (0..len)
+                .map(|_| {
+                    let from = if rng.random_ratio(1, 40) {
+                        &other
+                    } else {
+                        &allowed
+                    };
+                    from[rng.random_range(0..from.len())]
+                })
+                .collect();
+            assert_eq!(pattern.is_match(&s), Sku::parse(&s).is_ok(), "{s:?}");
+        }
+
+        let doc = serde_json::to_value(crate::http::openapi()).unwrap();
+        for schema in ["Product", "NewProduct"] {
+            let p = &doc["components"]["schemas"][schema]["properties"];
+            assert_eq!(
+                p["sku"]["pattern"],
+                shopeasy_product_api::SKU_PATTERN,
+                "{schema}: {p}"
+            );
+            assert_eq!(
+                p["currency"]["pattern"],
+                shopeasy_product_api::CURRENCY_PATTERN,
+                "{schema}: {p}"
+            );
+            assert_eq!(p["sku"]["maxLength"], SKU_MAX, "{schema}: {p}");
+            assert_eq!(p["sku"]["minLength"], 3, "{schema}: {p}");
+            assert_eq!(p["name"]["minLength"], 1, "{schema}: {p}");
+            assert_eq!(
+                p["description"]["maxLength"], DESCRIPTION_MAX,
+                "{schema}: {p}"
+            );
+            assert_eq!(p["price_cents"]["minimum"], 0, "{schema}: {p}");
+            assert_eq!(p["price_cents"]["maximum"], PRICE_MAX, "{schema}: {p}");
+        }
+        let product = &doc["components"]["schemas"]["Product"]["properties"];
+        assert_eq!(product["name"]["maxLength"], NAME_MAX, "{product}");
+        // A new product's name is trimmed before it is counted: no maximum
+        // the document could state exactly.
+        let new = &doc["components"]["schemas"]["NewProduct"]["properties"];
+        assert!(new["name"].get("maxLength").is_none(), "{new}");
     }
 
     #[test]

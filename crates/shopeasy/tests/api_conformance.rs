@@ -7,14 +7,16 @@
 //! What it proves, per document: no answer is a 5xx (bad input is never a
 //! 500; with no fault injected nothing else fails either); every status,
 //! content type, header and body is one the document declares (errors are
-//! the problem+json it describes); operations that need a token refuse a
-//! request without one; a deleted product is gone.
+//! the problem+json it describes); input the document's schemas refuse (a
+//! wrong type, a `null`, a missing field, a SKU off its pattern, a price
+//! out of bounds) is refused with a 4xx, never accepted; operations that
+//! need a token refuse a request without one; a deleted product is gone.
 //!
-//! Left out on purpose: Schemathesis' `positive_data_acceptance` and
-//! `negative_data_rejection`, which expect the document's schemas to carry
-//! every domain rule. They carry the wire types; the rules (an ISO 4217
-//! code, a name without control characters, a cursor this API issued) are
-//! the services' own and answer 422 naming each field.
+//! Left out on purpose: Schemathesis' `positive_data_acceptance`, which
+//! expects the schemas to carry every domain rule. They carry each rule a
+//! schema can state exactly; the rest (a name trimmed before it is counted,
+//! an active ISO 4217 code, a cursor this API issued) are the services'
+//! own and answer 422 naming each field.
 //!
 //! The fuzzer is found as `SCHEMATHESIS` or `schemathesis` on `PATH`
 //! (`.ci/run` installs a pinned one); without it the test prints
@@ -32,8 +34,8 @@ use shopeasy::system::System;
 
 /// The answer-side checks (see the module doc for the two left out).
 const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_conformance,\
-response_headers_conformance,response_schema_conformance,ignored_auth,use_after_free,\
-ensure_resource_availability";
+response_headers_conformance,response_schema_conformance,negative_data_rejection,ignored_auth,\
+use_after_free,ensure_resource_availability";
 
 /// Examples per operation and phase: enough to reach every parameter and
 /// body field with odd values, few enough for a debug build in CI.

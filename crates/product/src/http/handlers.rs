@@ -75,7 +75,9 @@ pub(crate) async fn list_products(
     Query(params): Query<ListParams>,
 ) -> Result<Response, Error> {
     let mut errors = Vec::new();
-    let limit = match params.limit.as_deref().filter(|s| !s.is_empty()) {
+    // Present but empty is not a number (the document says integer), as
+    // order answers it; only an absent `limit` is the default.
+    let limit = match params.limit.as_deref() {
         None => paths::DEFAULT_LIMIT,
         Some(text) => match text.parse::<u32>() {
             Ok(n) if (1..=paths::MAX_LIMIT).contains(&n) => n,

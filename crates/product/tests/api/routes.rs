@@ -91,6 +91,9 @@ async fn list_pages_and_rejects_bad_queries() {
         ("limit=101", "limit"),
         ("limit=-1", "limit"),
         ("limit=ten", "limit"),
+        // Present but empty is not a number (as order answers it), not
+        // the default: the document says `limit` is an integer.
+        ("limit=", "limit"),
         ("cursor=abc", "cursor"),
         ("cursor=c1%00", "cursor"),
     ] {
