@@ -364,6 +364,7 @@ impl Counters {
             .filter(|s| !without.iter().any(|(k, v)| s.label(k) == Some(*v)))
             .map(|s| s.value)
             .sum::<f64>()
+            // As `Page::sum`: an empty f64 sum is -0.0, which prints "-0".
             + 0.0
     }
 
