@@ -6,7 +6,7 @@
 //! trait and the launcher implements it. Without one (the standalone
 //! `shopeasy-console` binary) the panel says the generator is not available.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
@@ -73,6 +73,23 @@ pub struct LoadStatus {
     pub error: Option<String>,
 }
 
+/// The `q`-quantile (0..=1) of sorted `values` by nearest rank (the
+/// smallest value at or above which lie `q` of them); zero when empty.
+///
+/// The one rank rule of every latency figure ShopEasy prints — the load
+/// panel's p50/p99, the overload sweep's columns, the benches' and the
+/// end-to-end suite's — so that two figures of the same samples agree.
+/// It lives here because the load panel's contract is where a p99 is
+/// first promised, and every crate that prints one reaches this one.
+pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
 /// A load generator the console can drive.
 pub trait LoadControl: Send + Sync + std::fmt::Debug + 'static {
     /// Starts a run (stopping any run in progress first).
@@ -91,6 +108,18 @@ pub trait LoadControl: Send + Sync + std::fmt::Debug + 'static {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantiles_take_the_nearest_rank() {
+        let ms: Vec<_> = (1..=200).map(Duration::from_millis).collect();
+        assert_eq!(quantile(&ms, 0.5), Duration::from_millis(100));
+        assert_eq!(quantile(&ms, 0.99), Duration::from_millis(198));
+        assert_eq!(quantile(&ms, 0.999), Duration::from_millis(200));
+        assert_eq!(quantile(&ms, 1.0), Duration::from_millis(200));
+        assert_eq!(quantile(&ms, 0.0), Duration::from_millis(1));
+        assert_eq!(quantile(&ms[..1], 0.99), Duration::from_millis(1));
+        assert_eq!(quantile(&[], 0.99), Duration::ZERO);
+    }
 
     #[test]
     fn requests_out_of_range_are_named() {

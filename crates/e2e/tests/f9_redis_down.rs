@@ -17,10 +17,10 @@ use std::{sync::Arc, time::Duration};
 
 use shopeasy_e2e::{Options, Service};
 use shopeasy_runtime::settings::Seconds;
-use shopeasy_testkit::{Metrics, assert_eventually};
+use shopeasy_testkit::{Metrics, assert_eventually, quantile};
 use support::{
     ConnectionLog, Fixture, PRODUCT_BY_ID_SQL, PgTap, REDIS_EDGES, assert_redis_backoff, key,
-    quantile, redis_keys, seed_catalogue, toxics::latency,
+    redis_keys, seed_catalogue, toxics::latency,
 };
 use tokio::time::Instant;
 
@@ -211,8 +211,9 @@ async fn f9_redis_down_postgres_load_stays_within_the_pool() {
         .map(shopeasy_e2e::Answer::describe)
         .collect();
     let mut latencies: Vec<Duration> = answers.iter().map(|a| a.elapsed).collect();
-    let p50 = quantile(&mut latencies, 0.50);
-    let p99 = quantile(&mut latencies, 0.99);
+    latencies.sort_unstable();
+    let p50 = quantile(&latencies, 0.50);
+    let p99 = quantile(&latencies, 0.99);
     println!(
         "F9 pool: Redis up {} reads → {cached_queries} queries; Redis down {} reads → \
          {queries} queries, at most {most_open} connections (max {max_connections}), \

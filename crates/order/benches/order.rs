@@ -35,6 +35,7 @@ use std::time::Duration;
 use shopeasy_inventory::domain::ProductId;
 use shopeasy_order::settings::OrderSettings;
 use shopeasy_runtime::settings::Seconds;
+use shopeasy_testkit::quantile;
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -53,14 +54,6 @@ fn env(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
 }
 
 fn main() {
@@ -624,8 +617,8 @@ impl Rig {
             .join(", ");
         Run {
             orders_per_s: all.len() as f64 / self.elapsed.as_secs_f64(),
-            p50_ms: percentile(&all, 0.5).as_secs_f64() * 1e3,
-            p99_ms: percentile(&all, 0.99).as_secs_f64() * 1e3,
+            p50_ms: quantile(&all, 0.5).as_secs_f64() * 1e3,
+            p99_ms: quantile(&all, 0.99).as_secs_f64() * 1e3,
             failed: self.failed,
             commits_per_order: (after_all - self.before_all) as f64 / placed,
             order_db_commits_per_order: (after_order - self.before_order) as f64 / placed,
@@ -806,8 +799,8 @@ async fn breaker_open_stale() {
     let (latencies, accepted) = sequential(&app, p, n, 202).await;
     println!(
         "| breaker open + stale stock entry: POST /api/orders ({n} sequential, Postgres) | p50 {:.2} ms, p99 {:.2} ms; {accepted} of {n} answered 202 |",
-        percentile(&latencies, 0.5).as_secs_f64() * 1e3,
-        percentile(&latencies, 0.99).as_secs_f64() * 1e3,
+        quantile(&latencies, 0.5).as_secs_f64() * 1e3,
+        quantile(&latencies, 0.99).as_secs_f64() * 1e3,
     );
     // Fast fail: a product never cached, so nothing can vouch for its
     // stock; the open breaker answers without a call and nothing is written.
@@ -816,8 +809,8 @@ async fn breaker_open_stale() {
     let (latencies, refused) = sequential(&app, unknown, n, 503).await;
     println!(
         "| breaker open, no cached stock: POST /api/orders fails fast ({n} sequential) | p50 {:.2} ms, p99 {:.2} ms; {refused} of {n} answered 503 + Retry-After |",
-        percentile(&latencies, 0.5).as_secs_f64() * 1e3,
-        percentile(&latencies, 0.99).as_secs_f64() * 1e3,
+        quantile(&latencies, 0.5).as_secs_f64() * 1e3,
+        quantile(&latencies, 0.99).as_secs_f64() * 1e3,
     );
     app.stop().await;
 }

@@ -13,6 +13,9 @@
 //! - [`Metrics`]: a `/metrics` page parsed, looked up by name and labels:
 //!   the console's reader (`shopeasy_console::prom`), so tests read the
 //!   page exactly as the console and the overload sweep do.
+//! - [`quantile`]: the nearest-rank rule of every latency figure
+//!   ShopEasy prints (the console's, re-exported), so that a test's p99
+//!   and the load generator's mean the same.
 //!
 //! Tests that need a server read `SHOPEASY_TEST_POSTGRES` (a URL to a
 //! database the test user may create databases from) and
@@ -33,6 +36,7 @@ pub mod http;
 pub mod wait;
 
 pub use http::get_json;
+pub use shopeasy_console::load::quantile;
 /// A parsed `/metrics` page under the name tests read it by.
 pub use shopeasy_console::prom::Page as Metrics;
 pub use shopeasy_console::prom::{Sample, metric_sum};

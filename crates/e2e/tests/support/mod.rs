@@ -11,7 +11,7 @@
 //!   runs;
 //! - [`redis`]: what the test Redis holds, and the reconnect schedule of
 //!   the services' Redis clients with the log that checks it;
-//! - [`stats`]: seeding a catalogue and reading latency quantiles.
+//! - [`stats`]: seeding a catalogue.
 
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
@@ -26,4 +26,4 @@ pub use cells::*;
 pub use fixture::{CUSTOMER, Fixture, REDIS_EDGES, key, order_body, order_id};
 pub use pg_tap::{PRODUCT_BY_ID_SQL, PgTap};
 pub use redis::{ConnectionLog, assert_redis_backoff, redis_keys, redis_reconnect_bound};
-pub use stats::{quantile, seed_catalogue};
+pub use stats::seed_catalogue;

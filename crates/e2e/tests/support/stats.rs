@@ -1,6 +1,5 @@
-//! Load shapes and their measures: a seeded catalogue, latency quantiles.
-
-use std::time::Duration;
+//! Load shapes: a seeded catalogue. (Latency quantiles are
+//! `shopeasy_testkit::quantile`, the generator's rank rule.)
 
 /// Inserts `count` products with `description_chars`-character
 /// descriptions straight into the product database (ids in creation
@@ -28,14 +27,4 @@ pub async fn seed_catalogue(
         ids.push(id);
     }
     ids
-}
-
-/// The `q`-quantile (0..=1) of `samples` (sorted in place).
-pub fn quantile(samples: &mut [Duration], q: f64) -> Duration {
-    samples.sort();
-    if samples.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = (q * (samples.len() - 1) as f64).round() as usize;
-    samples[rank.min(samples.len() - 1)]
 }

@@ -44,6 +44,7 @@ use std::{
 
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use serde_json::json;
+use shopeasy_console::load::quantile;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -160,13 +161,7 @@ impl Summary {
     fn from_samples(samples: &[Sample], elapsed: Duration) -> Self {
         let mut latencies: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
         latencies.sort_unstable();
-        let at = |q: f64| -> Duration {
-            if latencies.is_empty() {
-                return Duration::ZERO;
-            }
-            let rank = ((q * latencies.len() as f64).ceil() as usize).clamp(1, latencies.len());
-            latencies[rank - 1]
-        };
+        let at = |q: f64| quantile(&latencies, q);
         let mut statuses = BTreeMap::new();
         for s in samples {
             *statuses.entry(s.status).or_default() += 1;

@@ -13,6 +13,7 @@ use std::{
 };
 
 use super::{client::StepClient, signin::Customers};
+use shopeasy_console::load::quantile;
 use tokio::{sync::Semaphore, time::Instant};
 
 /// How one request ended, for the step's counts.
@@ -37,17 +38,6 @@ pub fn classify(status: Option<u16>, latency: Duration, deadline: Duration) -> C
         Some(503 | 429) => Class::Shed,
         Some(_) => Class::Other,
     }
-}
-
-/// The `q`-quantile (0..=1) of sorted `values` (nearest rank); zero when
-/// empty.
-pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
 }
 
 /// What one step measured.
