@@ -347,7 +347,7 @@ async fn list(
         Some(_) => {
             errors.push(FieldError::new(
                 "limit",
-                format!("must be an integer from 1 to {MAX_PAGE}"),
+                format!("must be a whole number from 1 to {MAX_PAGE}"),
             ));
             0
         }

@@ -475,6 +475,13 @@ async fn a_customers_orders_are_listed_in_bounded_pages() {
             assert_eq!(status, 422, "{bad}: {body}");
             assert!(body["detail"].is_string(), "{body}");
         }
+        // Worded as product's list words it: one API, one sentence.
+        let (_, body) = page("&limit=0".to_owned()).await;
+        assert_eq!(
+            body["errors"][0],
+            json!({"field": "limit", "message": "must be a whole number from 1 to 100"}),
+            "{body}"
+        );
         app.stop().await;
     }
 }

@@ -102,6 +102,11 @@ async fn list_pages_and_rejects_bad_queries() {
     }
     let p = problem(app.get("/api/products?limit=0&cursor=x").await, 422).await;
     assert_eq!(fields(&p), ["limit", "cursor"]);
+    // Worded as order's list words it: one API, one sentence.
+    assert_eq!(
+        p["errors"][0]["message"],
+        "must be a whole number from 1 to 100"
+    );
 }
 
 /// A product service on a fresh Postgres database holding one product
