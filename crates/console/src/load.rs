@@ -80,9 +80,9 @@ pub struct LoadStatus {
 /// panel's p50/p99, the overload sweep's columns, the benches' and the
 /// end-to-end suite's — so that two figures of the same samples agree.
 /// It lives here because the load panel's contract is where a p99 is
-/// first promised, and every crate that prints one reaches this one — but
-/// the resilience crate, whose tests spell the same rule out: it depends
-/// on nothing of ShopEasy's, so that it can be copied alone.
+/// first promised, and every crate that prints one depends on this one,
+/// except the resilience crate: that depends on nothing of ShopEasy's, so
+/// that it can be copied alone, and its tests spell the same rule out.
 pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
