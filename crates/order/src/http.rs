@@ -131,7 +131,7 @@ fn api_router() -> OpenApiRouter<Api> {
     description = "The customer is the bearer token's `sub`. The body's `customer_id` is optional and accepted only when it equals `sub` (else 422 naming `customer_id`). With an `Idempotency-Key` the request is safe to repeat: the same key and body replay the first answer byte for byte (with `Idempotent-Replayed: true`), whatever its status; keys are scoped to the customer.",
     security(("bearerAuth" = [])),
     params(
-        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters; scoped to the signed-in customer, kept at least 24 h. Another body under the same key is 422 `idempotency-key-reused`; while the first request runs, 409 `request-in-progress`.")
+        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters, in one field (a key sent twice is 422); scoped to the signed-in customer, kept at least 24 h. Another body under the same key is 422 `idempotency-key-reused`; while the first request runs, 409 `request-in-progress`.")
     ),
     request_body(content = OrderRequest, content_type = "application/json"),
     responses(
@@ -163,18 +163,7 @@ async fn place(
 ) -> Result<Response, Error> {
     let customer = customer(&claims)?;
     let deadline = Deadline::from_headers(&headers);
-    let key = match headers.get(IDEMPOTENCY_KEY) {
-        None => None,
-        Some(v) => match v.to_str().ok().filter(|k| valid_key(k)) {
-            Some(k) => Some(k.to_owned()),
-            None => {
-                return Err(Error::Validation(vec![FieldError::new(
-                    "Idempotency-Key",
-                    "must be 1 to 255 visible ASCII characters",
-                )]));
-            }
-        },
-    };
+    let key = idempotency_key(&headers)?;
     let request = NewOrder::parse(request, &customer).map_err(Error::Validation)?;
     // The signed-in customer scopes the key (Stripe's keys are scoped to
     // the account): alice can neither replay nor block bob's key.
@@ -196,6 +185,26 @@ async fn place(
         );
     }
     Ok(response)
+}
+
+/// The request's `Idempotency-Key`, if it has one. A key sent twice is
+/// refused rather than one of them picked: a client (or a proxy that added
+/// one) could not tell which key its order was stored under, and a retry
+/// with the other would place the order again. RFC 8941, whose Item field
+/// the idempotency draft makes the key, fails such a field too.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Error> {
+    let invalid = |message| Error::Validation(vec![FieldError::new("Idempotency-Key", message)]);
+    let mut keys = headers.get_all(IDEMPOTENCY_KEY).iter();
+    match (keys.next(), keys.next()) {
+        (None, _) => Ok(None),
+        (Some(_), Some(_)) => Err(invalid("must be sent once")),
+        (Some(v), None) => v
+            .to_str()
+            .ok()
+            .filter(|k| valid_key(k))
+            .map(|k| Some(k.to_owned()))
+            .ok_or_else(|| invalid("must be 1 to 255 visible ASCII characters")),
+    }
 }
 
 /// Renders the outcome of placing an order: 201/202 with `Location` and

@@ -392,3 +392,46 @@ async fn a_hundred_concurrent_orders_on_stock_ten_never_oversell() {
     assert_eq!(live, confirmed, "reservations = confirmed orders (C6)");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_key_sent_twice_is_refused_and_places_nothing() {
+    for db in all_backends().await {
+        let shop = Shop::new(&[5]).await;
+        let app = TestApp::spawn(shop.settings(db.url())).await;
+        let body = order_body("c-twice", &[(shop.products[0], 1)]);
+        let res = app
+            .client_for("c-twice")
+            .post(app.url("/api/orders"))
+            .header("Idempotency-Key", "twice-a")
+            .header("Idempotency-Key", "twice-b")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 422, "{}", db.name());
+        let problem: Value = res.json().await.unwrap();
+        assert_eq!(
+            problem["errors"],
+            serde_json::json!([{"field": "Idempotency-Key", "message": "must be sent once"}]),
+            "{problem}"
+        );
+        assert!(
+            orders_of(&app, "c-twice").await.is_empty(),
+            "nothing placed"
+        );
+        assert_eq!(
+            shop.inventory.stock(shop.products[0]),
+            5,
+            "nothing reserved"
+        );
+
+        // Either key alone is then fresh: the refused request stored neither.
+        for key in ["twice-a", "twice-b"] {
+            let placed = app.post_order(Some(key), &body).await;
+            assert_eq!(placed.status(), 201, "{key}");
+            assert!(!placed.headers().contains_key("idempotent-replayed"));
+        }
+        assert_eq!(orders_of(&app, "c-twice").await.len(), 2);
+        app.stop().await;
+    }
+}
