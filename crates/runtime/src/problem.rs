@@ -284,17 +284,17 @@ impl From<JsonRejection> for Problem {
             JsonRejection::MissingJsonContentType(_) => Self::unsupported_media_type(),
             JsonRejection::JsonSyntaxError(e) => Self::bad_request(e.body_text()),
             JsonRejection::JsonDataError(e) => {
-                // serde's message names the path ("items[0].quantity: invalid type …").
+                // serde's message starts with the path ("items[0].quantity:
+                // invalid type …"): the path becomes the field, the rest its
+                // message; one without a path is about the whole body.
                 let text = e.body_text();
                 let message = text
                     .strip_prefix("Failed to deserialize the JSON body into the target type: ")
-                    .unwrap_or(&text)
-                    .to_owned();
-                let field = message
-                    .split_once(": ")
-                    .map(|(path, _)| path.to_owned())
-                    .filter(|p| !p.contains(' '))
-                    .unwrap_or_else(|| "body".to_owned());
+                    .unwrap_or(&text);
+                let (field, message) = match message.split_once(": ") {
+                    Some((path, rest)) if !path.contains(' ') => (path, rest),
+                    _ => ("body", message),
+                };
                 Self::validation([FieldError::new(field, message)])
             }
             other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
@@ -411,6 +411,14 @@ mod tests {
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
         assert_eq!(b["errors"][0]["field"], "quantity", "{b}");
         assert_eq!(b["detail"], "invalid field: quantity", "{b}");
+        let message = b["errors"][0]["message"].as_str().unwrap();
+        assert!(message.starts_with("invalid type: string"), "{b}");
+
+        let (s, _, b) = call(json("{}")).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(b["errors"][0]["field"], "body", "{b}");
+        let message = b["errors"][0]["message"].as_str().unwrap();
+        assert!(message.starts_with("missing field `quantity`"), "{b}");
 
         let req = http::Request::post("/")
             .header(header::CONTENT_TYPE, "text/plain")
