@@ -110,6 +110,11 @@ impl Proxies {
     /// upstream restarts it (as Toxiproxy does), keeping its toxics and
     /// their open fault windows (the faults go on across the restart).
     ///
+    /// When the restarted proxy cannot listen, it starts again as it was
+    /// (its connections closed, as by any restart) and the error is
+    /// returned. Toxiproxy would leave it stopped; here the edge a demo
+    /// breaks must not vanish over one mistyped port.
+    ///
     /// # Errors
     /// [`Error::ProxyNotFound`], or what [`FaultProxy::start_with`] returns.
     pub async fn update(&self, name: &str, update: ProxyUpdate) -> Result<FaultProxy, Error> {
@@ -125,24 +130,31 @@ impl Proxies {
         }
         let log = proxy.window_log();
         proxy.stop_keeping_windows().await;
-        let config = ProxyConfig {
+        let config = |listen, upstream, enabled| ProxyConfig {
             name: name.to_owned(),
             listen,
             upstream,
             enabled,
             seed: Some(proxy.seed()),
         };
-        let restarted = match FaultProxy::start_in(config, log.clone()).await {
-            Ok(p) => p,
-            Err(e) => {
-                by_name.remove(name);
-                drop(log.stopped());
-                return Err(e);
-            }
-        };
+        let (restarted, outcome) =
+            match FaultProxy::start_in(config(listen, upstream, enabled), log.clone()).await {
+                Ok(p) => (p.clone(), Ok(p)),
+                Err(e) => {
+                    let old = config(current.listen, current.upstream, current.enabled);
+                    match FaultProxy::start_in(old, log.clone()).await {
+                        Ok(p) => (p, Err(e)),
+                        Err(_) => {
+                            by_name.remove(name);
+                            drop(log.stopped());
+                            return Err(e);
+                        }
+                    }
+                }
+            };
         restarted.restore_toxics(current.toxics);
-        by_name.insert(name.to_owned(), restarted.clone());
-        Ok(restarted)
+        by_name.insert(name.to_owned(), restarted);
+        outcome
     }
 
     /// Creates the proxies in `configs`, replacing any of the same name

@@ -251,6 +251,38 @@ async fn a_listen_address_in_use_is_a_clear_conflict_not_a_500() {
     );
 }
 
+/// A restart that cannot listen leaves the proxy as it was: still listed,
+/// on its old address, with its toxics, and forwarding.
+#[tokio::test]
+async fn a_listen_change_that_fails_keeps_the_proxy_as_it_was() {
+    let api = start_api().await;
+    let upstream = echo().await;
+    let (status, created) = api
+        .post(
+            "/proxies",
+            json!({"name": "edge", "listen": "127.0.0.1:0", "upstream": upstream.addr.to_string()}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let toxic = json!({"name": "slow", "type": "latency", "attributes": {"latency": 1}});
+    assert_eq!(api.post("/proxies/edge/toxics", toxic).await.0, 200);
+    let (_, before) = api.get("/proxies/edge").await;
+
+    let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let move_to = json!({"listen": taken.local_addr().unwrap().to_string()});
+    let (status, body) = api.post("/proxies/edge", move_to).await;
+    assert_eq!(status, 409, "{body}");
+
+    let (status, after) = api.get("/proxies/edge").await;
+    assert_eq!(status, 200, "the proxy is still there: {after}");
+    assert_eq!(after, before, "address, upstream and toxics unchanged");
+    let listen = created["listen"].as_str().unwrap().parse().unwrap();
+    let mut client = connect(listen).await;
+    round_trip(&mut client, b"ping", Duration::from_secs(5))
+        .await
+        .unwrap();
+}
+
 /// The names of the proxies and the toxics of each, as the API lists them.
 async fn snapshot(api: &Api) -> Value {
     let (status, proxies) = api.get("/proxies").await;
