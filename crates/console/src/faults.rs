@@ -16,10 +16,11 @@
 
 use axum::{
     body::Bytes,
-    extract::{Path, State},
+    extract::State,
     http::{Method, StatusCode, header},
     response::{IntoResponse, Response},
 };
+use shopeasy_runtime::problem::Path;
 
 use crate::{error::ConsoleError, server::AppState};
 

@@ -19,13 +19,13 @@ use std::sync::Arc;
 
 use axum::{
     Json, Router,
-    extract::{Path, State},
+    extract::State,
     http::StatusCode,
     response::{IntoResponse, Response},
     routing::{get, post},
 };
 use serde::Serialize;
-use shopeasy_runtime::problem::Problem;
+use shopeasy_runtime::problem::{Path, Problem};
 
 use crate::{error::ConsoleError, server::AppState};
 

@@ -225,6 +225,27 @@ async fn a_fault_change_without_the_token_is_refused_and_changes_nothing() {
         .await
         .unwrap();
     assert_eq!(res.status(), 400, "only fault controls are forwarded");
+
+    // A path that does not decode is a problem too, not axum's plain text.
+    for path in ["api/faults/proxies/%FF", "api/scenes/%FF"] {
+        let res = http
+            .post(format!("{}/{path}", running.console))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 400, "{path}");
+        assert_eq!(
+            res.headers()["content-type"],
+            "application/problem+json",
+            "{path}"
+        );
+        let problem: serde_json::Value = res.json().await.unwrap();
+        assert!(
+            problem["detail"].as_str().unwrap().contains("UTF-8"),
+            "{problem}"
+        );
+    }
 }
 
 #[tokio::test]

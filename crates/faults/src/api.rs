@@ -36,12 +36,12 @@ use std::{collections::BTreeMap, io, time::Duration};
 use axum::{
     Json, Router,
     body::Bytes,
-    extract::{FromRef, Path, Query, State, rejection::QueryRejection},
-    http::{HeaderName, HeaderValue, StatusCode},
+    extract::{FromRef, FromRequestParts, Query, State, rejection::QueryRejection},
+    http::{HeaderName, HeaderValue, StatusCode, request::Parts},
     response::{IntoResponse, Response},
     routing::{get, post},
 };
-use serde::Serialize;
+use serde::{Serialize, de::DeserializeOwned};
 use shopeasy_runtime::problem::Problem;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -327,8 +327,24 @@ fn windows_response(history: WindowHistory) -> Response {
     response
 }
 
+/// The path's segments (a proxy's name, a toxic's): `axum`'s `Path` whose
+/// rejection is this API's [`Error`], so a segment that does not decode is
+/// a 400 in Toxiproxy's dialect, not axum's plain text.
+struct Path<T>(T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T> {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        let axum::extract::Path(value) = axum::extract::Path::from_request_parts(parts, state)
+            .await
+            .map_err(|e| Error::BadPath(e.body_text()))?;
+        Ok(Self(value))
+    }
+}
+
 /// Parses a JSON body (its content type checked by `crate::guard`).
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
     serde_json::from_slice(body).map_err(|e| Error::BadBody(e.to_string()))
 }
 
@@ -346,6 +362,7 @@ impl IntoResponse for Error {
             | Self::InvalidToxicType(_)
             | Self::MissingField(_)
             | Self::BadBody(_)
+            | Self::BadPath(_)
             | Self::BadQuery(_) => (StatusCode::BAD_REQUEST, "bad-request"),
             Self::ListenNotAllowed(_) => (StatusCode::BAD_REQUEST, "listen-not-allowed"),
         };

@@ -30,6 +30,9 @@ pub enum Error {
     /// The request body is not the JSON expected, or a value is out of range.
     #[error("bad request body: {0}")]
     BadBody(String),
+    /// A path segment does not decode to UTF-8 (`/proxies/%FF`).
+    #[error("bad path: {0}")]
+    BadPath(String),
     /// A query parameter is unknown or not the value expected (for example
     /// `since` not a number of Unix milliseconds).
     #[error("bad query: {0}")]

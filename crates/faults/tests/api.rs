@@ -251,6 +251,23 @@ async fn a_listen_address_in_use_is_a_clear_conflict_not_a_500() {
     );
 }
 
+/// A path segment that does not decode is a 400 in the API's own dialect
+/// (problem+json with Toxiproxy's `error`), not axum's plain text.
+#[tokio::test]
+async fn a_name_that_does_not_decode_is_a_bad_request() {
+    let api = start_api().await;
+    for (method, path) in [
+        (reqwest::Method::GET, "/proxies/%FF"),
+        (reqwest::Method::DELETE, "/proxies/%FF"),
+        (reqwest::Method::GET, "/proxies/%FF/toxics/%FE"),
+    ] {
+        let (status, body) = api.send(method, path, None).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        assert_eq!(body["type"], "urn:shopeasy:problem:bad-request", "{body}");
+        assert!(body["error"].as_str().unwrap().contains("UTF-8"), "{body}");
+    }
+}
+
 /// A restart that cannot listen leaves the proxy as it was: still listed,
 /// on its old address, with its toxics, and forwarding.
 #[tokio::test]

@@ -14,14 +14,14 @@ use std::time::Duration;
 
 use axum::{
     Router,
-    extract::{DefaultBodyLimit, FromRef, Path, State},
+    extract::{DefaultBodyLimit, FromRef, State},
     response::{IntoResponse, Response},
 };
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use serde::{Deserialize, Serialize};
 use shopeasy_identity::{AuthError, Authenticated, Claims, Verifier};
 use shopeasy_resilience::deadline::Deadline;
-use shopeasy_runtime::problem::{FieldError, Json, Problem, Query};
+use shopeasy_runtime::problem::{FieldError, Json, Path, Problem, Query};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
@@ -276,6 +276,7 @@ fn replay(stored: &StoredResponse) -> Response {
     params(("id" = Uuid, Path, description = "The order id")),
     responses(
         (status = 200, description = "The order", body = Order),
+        (status = 400, description = "The id is a percent-escape that does not decode to UTF-8", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "No such order, or another customer's (the same answer)", body = ProblemDetails, content_type = "application/problem+json"),
         RateLimited,
         CommonProblems,
@@ -400,6 +401,7 @@ async fn list(
     params(("id" = Uuid, Path, description = "The order id")),
     responses(
         (status = 200, description = "The order, now `cancelled`", body = Order),
+        (status = 400, description = "The id is a percent-escape that does not decode to UTF-8", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "No such order, or another customer's (the same answer)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, description = "`not-cancellable`: a rejected order holds no stock", body = ProblemDetails, content_type = "application/problem+json"),
         RateLimited,
@@ -468,6 +470,7 @@ impl From<StockLevel> for Stock {
                 ("Cache-Control" = String, description = "`no-store`: the count changes with every order"),
                 ("Age" = u64, description = "Only when `stale`: the count's age in seconds")
             )),
+        (status = 400, description = "The id is a percent-escape that does not decode to UTF-8", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, description = "No stock is known for this product (Inventory has no record of it), or the id is not a product id", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 503, description = "Inventory is unavailable and no cached count can answer", body = ProblemDetails, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),

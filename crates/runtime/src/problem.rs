@@ -4,13 +4,14 @@
 //! Each service maps its own error enum onto a [`Problem`] in one place; this
 //! module supplies the type, its response, and the mapping of axum's
 //! extractor rejections (malformed JSON → 400, wrong content type → 415, body
-//! over the limit → 413, wrong field types → 422) so no rejection ever leaks
-//! axum's plain-text body.
+//! over the limit → 413, wrong field types → 422, a path segment that is not
+//! UTF-8 once decoded → 400) so no rejection ever leaks axum's plain-text
+//! body.
 
 use axum::{
     extract::{
         FromRequest, FromRequestParts, Request,
-        rejection::{JsonRejection, QueryRejection},
+        rejection::{JsonRejection, PathRejection, QueryRejection},
     },
     http::{HeaderValue, StatusCode, header, request::Parts},
     response::{IntoResponse, Response},
@@ -317,9 +318,25 @@ impl From<QueryRejection> for Problem {
     }
 }
 
+impl From<PathRejection> for Problem {
+    /// A segment that does not decode (`%FF`) is a 400 saying which; a
+    /// route whose handler asks for a parameter it lacks is a bug (500).
+    fn from(rejection: PathRejection) -> Self {
+        if rejection.status().is_server_error() {
+            tracing::error!(error = %rejection.body_text(), "path extractor misconfigured");
+            return Self::internal();
+        }
+        Self::bad_request(rejection.body_text())
+    }
+}
+
 /// `axum::Json` whose rejections are problems.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Json<T>(pub T);
+
+/// `axum::extract::Path` whose rejections are problems.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Path<T>(pub T);
 
 /// `axum::extract::Query` whose rejections are 422 problems naming the query.
 #[derive(Debug, Clone, Copy, Default)]
@@ -346,6 +363,16 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
         let axum::extract::Query(value) =
             axum::extract::Query::from_request_parts(parts, state).await?;
+        Ok(Self(value))
+    }
+}
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T> {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        let axum::extract::Path(value) =
+            axum::extract::Path::from_request_parts(parts, state).await?;
         Ok(Self(value))
     }
 }
@@ -462,6 +489,32 @@ mod tests {
         let b: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(b["errors"][0]["field"], "query", "{b}");
         assert_complete(&b);
+    }
+
+    #[tokio::test]
+    async fn a_path_segment_that_is_not_utf8_is_a_complete_400() {
+        let app = Router::new().route(
+            "/items/{id}",
+            axum::routing::get(|Path(id): Path<String>| async move { id }),
+        );
+        let call = |uri: &'static str| {
+            let app = app.clone();
+            async move {
+                let req = http::Request::get(uri).body(Body::empty()).unwrap();
+                app.oneshot(req).await.unwrap()
+            }
+        };
+        let res = call("/items/%FF").await;
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(res.headers()[header::CONTENT_TYPE], CONTENT_TYPE);
+        let bytes = axum::body::to_bytes(res.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let b: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(b["type"], "urn:shopeasy:problem:bad-request", "{b}");
+        assert!(b["detail"].as_str().unwrap().contains("UTF-8"), "{b}");
+        assert_complete(&b);
+        assert_eq!(call("/items/%C3%A9").await.status(), StatusCode::OK);
     }
 
     #[test]

@@ -22,18 +22,22 @@ const OPERATIONS: &[(&str, &str, &[u16])] = &[
         &[201, 202, 400, 401, 404, 409, 413, 415, 422, 429, 503, 504],
     ),
     ("get", "/api/orders", &[200, 401, 422, 429, 503, 504]),
-    ("get", "/api/orders/{id}", &[200, 401, 404, 429, 503, 504]),
+    (
+        "get",
+        "/api/orders/{id}",
+        &[200, 400, 401, 404, 429, 503, 504],
+    ),
     (
         "post",
         "/api/orders/{id}/cancel",
-        &[200, 401, 404, 409, 429, 503, 504],
+        &[200, 400, 401, 404, 409, 429, 503, 504],
     ),
 ];
 
 /// The anonymous operations (no bearer requirement), as the router
 /// serves them: (method, path, statuses the document must list).
 const ANONYMOUS: &[(&str, &str, &[u16])] =
-    &[("get", "/api/stock/{product_id}", &[200, 404, 503, 504])];
+    &[("get", "/api/stock/{product_id}", &[200, 400, 404, 503, 504])];
 
 /// The methods probed for 405 on every documented path.
 const METHODS: &[&str] = &["get", "post", "put", "patch", "delete"];

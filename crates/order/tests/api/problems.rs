@@ -134,6 +134,21 @@ async fn every_error_path_answers_a_complete_problem() {
         )
         .await;
     }
+    // 400: a path segment that does not decode (axum's rejection would be
+    // plain text).
+    for path in [
+        "/api/orders/%FF",
+        "/api/orders/%FF/cancel",
+        "/api/stock/%FF",
+    ] {
+        let client = app.client_for("c");
+        let request = if path.ends_with("cancel") {
+            client.post(app.url(path))
+        } else {
+            client.get(app.url(path))
+        };
+        complete(request.send().await.unwrap(), 400).await;
+    }
     complete(
         app.http
             .delete(app.url("/api/orders"))
