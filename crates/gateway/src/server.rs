@@ -5,8 +5,9 @@
 //! (which the admin listener uses) for two reasons: every connection is
 //! wrapped in a [`Sniffed`] reader so ambiguous framing can be rejected (see
 //! [`crate::framing`]), and hyper's HTTP/1 options are set — the read buffer
-//! (a hard cap on the request head) and the header read timeout (a client
-//! that trickles its head is cut off like any other silence). Shutdown is
+//! (a hard cap on the request head) and the header read timeout from the
+//! activity timeout (a client that trickles its head is cut off like any
+//! other silence; the runtime's loop has a fixed 30 s one). Shutdown is
 //! the same: stop accepting, let in-flight exchanges finish for at most the
 //! drain bound, then drop the rest.
 //!
@@ -152,13 +153,5 @@ pub(crate) async fn serve(
         });
     }
     drop(listener);
-    if tokio::time::timeout(drain, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            ?drain,
-            "drain timeout passed; dropping remaining connections"
-        );
-    }
+    shopeasy_runtime::lifecycle::drain_connections(graceful, drain).await;
 }

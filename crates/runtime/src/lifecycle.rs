@@ -27,6 +27,11 @@ use std::{future::Future, io, net::SocketAddr, time::Duration};
 
 use anyhow::Context as _;
 use axum::Router;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo, TokioTimer},
+    server::{conn::auto, graceful::GracefulShutdown},
+    service::TowerToHyperService,
+};
 use tokio::{
     net::{TcpListener, TcpSocket},
     task::JoinHandle,
@@ -170,14 +175,16 @@ pub async fn drain_within<T: Default, E>(
 /// uses [`serve_admitted`].
 ///
 /// # Errors
-/// When accepting connections fails.
+/// None today: a failed accept (out of descriptors, say) is logged and
+/// retried after 50 ms, as the gateway's loop does. The `Result` keeps the
+/// callers' `?` should serving ever fail for good.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: CancellationToken,
     drain: Duration,
 ) -> io::Result<()> {
-    serve_http(listener, router, None, shutdown, drain).await
+    serve_http(listener, router, None, HEADER_READ_TIMEOUT, shutdown, drain).await
 }
 
 /// [`serve`] behind the service's admission control: called from
@@ -188,21 +195,44 @@ pub async fn serve(
 /// [`serve`].
 ///
 /// # Errors
-/// When accepting connections fails.
+/// As [`serve`]: none today.
 pub async fn serve_admitted(
     listener: TcpListener,
     router: Router,
     shutdown: CancellationToken,
     drain: Duration,
 ) -> io::Result<()> {
-    serve_http(listener, router, admission(), shutdown, drain).await
+    serve_http(
+        listener,
+        router,
+        admission(),
+        HEADER_READ_TIMEOUT,
+        shutdown,
+        drain,
+    )
+    .await
 }
 
-/// The one axum server of every HTTP listener, with or without admission.
+/// How long a client may take to send a request's head on every listener
+/// [`serve`] and [`serve_admitted`] run: hyper's own default, which takes
+/// effect only with a timer. `axum::serve` sets none, so a head trickled a
+/// byte at a time held its connection, task and buffer for ever (measured:
+/// a byte every 5 s kept a connection to product's listener open past
+/// 150 s). The gateway, the public edge, sets its own from its activity
+/// timeout. A constant rather than a setting: behind the gateway this is a
+/// backstop, not a tuning knob.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The one HTTP server of every listener but the gateway's public one, with
+/// or without admission: HTTP/1.1 and HTTP/2 as `axum::serve` serves them,
+/// plus a header read timeout ([`HEADER_READ_TIMEOUT`]; a parameter so
+/// its test need not wait 30 s). On `shutdown` it stops accepting and lets
+/// open connections finish for at most `drain`.
 async fn serve_http(
     listener: TcpListener,
     router: Router,
     admission: Option<Admission>,
+    header_timeout: Duration,
     shutdown: CancellationToken,
     drain: Duration,
 ) -> io::Result<()> {
@@ -210,13 +240,51 @@ async fn serve_http(
         Some(a) => router.layer(AdmissionLayer::new(a, OverloadedProblem)),
         None => router,
     };
-    let stop = shutdown.clone();
-    let server = axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move { stop.cancelled().await });
-    drain_within(server.into_future(), &shutdown, drain, "HTTP").await
+    let mut http = auto::Builder::new(TokioExecutor::new());
+    http.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    let graceful = GracefulShutdown::new();
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off briefly.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = shutdown.cancelled() => break,
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let connection = http.serve_connection_with_upgrades(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection.into_owned());
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    drain_connections(graceful, drain).await;
+    Ok(())
+}
+
+/// The end of every accept loop (this module's and the gateway's): lets the
+/// connections `graceful` watches finish for at most `drain`, then leaves
+/// the rest to be dropped.
+pub async fn drain_connections(graceful: GracefulShutdown, drain: Duration) {
+    if tokio::time::timeout(drain, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?drain,
+            "drain timeout passed; dropping remaining connections"
+        );
+    }
 }
 
 /// The listen backlog every listener asks for: connections the kernel has
@@ -571,4 +639,74 @@ pub fn run<S: Service>(args: &crate::settings::ConfigArgs) -> std::process::Exit
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::time::Instant;
+
+    use axum::routing::get;
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::TcpStream,
+    };
+
+    use super::*;
+
+    /// A whole request is served; a head trickled a byte every 50 ms is cut
+    /// off once the header timeout has passed, however steadily it trickles.
+    #[tokio::test]
+    async fn a_trickled_head_is_cut_off_and_a_whole_one_is_served() {
+        const TIMEOUT: Duration = Duration::from_millis(300);
+        let router = Router::new().route("/", get(|| async { "ok" }));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve_http(
+            listener,
+            router,
+            None,
+            TIMEOUT,
+            stop.clone(),
+            Duration::from_secs(1),
+        ));
+
+        let mut whole = TcpStream::connect(addr).await.unwrap();
+        whole
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        whole.read_to_end(&mut answer).await.unwrap();
+        assert!(
+            answer.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+
+        let mut slow = TcpStream::connect(addr).await.unwrap();
+        slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let mut buf = [0_u8; 256];
+        let held = loop {
+            tokio::select! {
+                // An end, an error or hyper's own answer: cut off.
+                _ = slow.read(&mut buf) => break started.elapsed(),
+                () = tokio::time::sleep(Duration::from_millis(50)) => {
+                    if slow.write_all(b"a").await.is_err() {
+                        break started.elapsed();
+                    }
+                    assert!(started.elapsed() < TIMEOUT * 10, "the trickled head is still held");
+                }
+            }
+        };
+        assert!(
+            held >= TIMEOUT - Duration::from_millis(100),
+            "cut off early: {held:?}"
+        );
+        stop.cancel();
+        server.await.unwrap().unwrap();
+    }
 }
