@@ -34,6 +34,7 @@ use hyper_util::{
     rt::{TokioIo, TokioTimer},
     server::graceful::GracefulShutdown,
 };
+use shopeasy_runtime::lifecycle;
 use tokio::{net::TcpListener, sync::Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -118,15 +119,7 @@ pub(crate) async fn serve(
             () = shutdown.cancelled() => break,
         };
         let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off briefly.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+            accepted = lifecycle::accept(&listener) => accepted,
             () = shutdown.cancelled() => break,
         };
         let _ = stream.set_nodelay(true);
@@ -153,5 +146,5 @@ pub(crate) async fn serve(
         });
     }
     drop(listener);
-    shopeasy_runtime::lifecycle::drain_connections(graceful, drain).await;
+    lifecycle::drain_connections(graceful, drain).await;
 }

@@ -33,7 +33,7 @@ use hyper_util::{
     service::TowerToHyperService,
 };
 use tokio::{
-    net::{TcpListener, TcpSocket},
+    net::{TcpListener, TcpSocket, TcpStream},
     task::JoinHandle,
 };
 use tokio_util::sync::CancellationToken;
@@ -247,15 +247,7 @@ async fn serve_http(
     let graceful = GracefulShutdown::new();
     loop {
         let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off briefly.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+            (stream, _) = accept(&listener) => stream,
             () = shutdown.cancelled() => break,
         };
         let service = TowerToHyperService::new(router.clone());
@@ -270,6 +262,22 @@ async fn serve_http(
     drop(listener);
     drain_connections(graceful, drain).await;
     Ok(())
+}
+
+/// The next connection of every accept loop (this module's and the
+/// gateway's). A failed accept (out of descriptors and the like) is logged
+/// and tried again after 50 ms rather than ending the loop or spinning on
+/// it. Cancel-safe: dropped while backing off, it has taken nothing.
+pub async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => return accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
 }
 
 /// The end of every accept loop (this module's and the gateway's): lets the
