@@ -514,11 +514,14 @@ async fn discovery(State(issuer): State<Arc<DemoIssuer>>) -> Response {
     demo(axum::Json(issuer.discovery()).into_response())
 }
 
-/// The body of `POST /api/session`.
+/// The body of `POST /api/session`: a JSON object only.
 #[derive(Debug, Deserialize)]
+#[serde(remote = "Self")]
 struct SessionRequest {
     customer: String,
 }
+
+shopeasy_runtime::only_json_objects!(SessionRequest);
 
 async fn session(
     State(issuer): State<Arc<DemoIssuer>>,

@@ -116,6 +116,8 @@ async fn bad_sign_in_requests_get_problems_not_tokens() {
             StatusCode::UNPROCESSABLE_ENTITY,
         ),
         (r#"{"name":"alice"}"#, StatusCode::UNPROCESSABLE_ENTITY),
+        // serde's derive would read the array as the struct's fields.
+        (r#"["alice"]"#, StatusCode::UNPROCESSABLE_ENTITY),
         (r#"{"customer":"#, StatusCode::BAD_REQUEST),
     ] {
         let r = http

@@ -74,8 +74,11 @@ impl fmt::Display for Customer {
 }
 
 /// The body of `POST /api/orders`, as sent (not yet valid). The customer
-/// is the bearer token's `sub`, never this body.
+/// is the bearer token's `sub`, never this body. Only a JSON object fills
+/// it or a line (`shopeasy_runtime::only_json_objects!`), as the document
+/// says.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(remote = "Self")]
 #[schema(
     description = "The body of `POST /api/orders`. The customer is the bearer token's `sub`, never this body."
 )]
@@ -94,6 +97,7 @@ pub struct OrderRequest {
 
 /// One line of an [`OrderRequest`].
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(remote = "Self")]
 #[schema(description = "One line of an order request.")]
 pub struct ItemRequest {
     /// The product's id, a UUID (read as text here, so that a bad one is
@@ -104,6 +108,8 @@ pub struct ItemRequest {
     #[schema(minimum = 1, maximum = 1000)]
     pub quantity: i64,
 }
+
+shopeasy_runtime::only_json_objects!(OrderRequest, ItemRequest);
 
 /// A valid order request: 1..=50 lines, quantities 1..=1000, no product
 /// twice, a non-empty customer id.

@@ -18,7 +18,10 @@ use axum::{
 };
 use serde::{Serialize, de::DeserializeOwned};
 
+mod object;
 mod wording;
+
+pub use object::{FromJsonObject, only_object};
 
 /// The media type of a problem body.
 pub const CONTENT_TYPE: &str = "application/problem+json";

@@ -178,3 +178,49 @@ async fn every_error_path_answers_a_complete_problem() {
     complete(res, 503).await;
     app.stop().await;
 }
+
+/// The document says object: an array of the fields (which serde's derive
+/// would read in order) is refused, and a field error speaks JSON's kinds
+/// rather than Rust's types.
+#[tokio::test]
+async fn an_array_is_never_an_order_or_a_line() {
+    let db = shopeasy_testkit::sqlite();
+    let shop = Shop::new(&[10]).await;
+    let app = TestApp::spawn(shop.settings(db.url())).await;
+    let id = shop.products[0].to_string();
+    for (body, field, message) in [
+        (
+            json!({"items": [[id, 1]]}),
+            "items[0]",
+            "must be a JSON object, found an array",
+        ),
+        (
+            json!(["c", [{"product_id": id, "quantity": 1}]]),
+            "body",
+            "must be a JSON object, found an array",
+        ),
+        (
+            json!({"items": [{"product_id": id, "quantity": "1"}]}),
+            "items[0].quantity",
+            "must be an integer, found a string",
+        ),
+        (
+            json!({"items": [{"product_id": id}]}),
+            "items[0].quantity",
+            "is required",
+        ),
+    ] {
+        let p = complete(app.post_order(None, &body).await, 422).await;
+        assert_eq!(
+            (&p["errors"][0]["field"], &p["errors"][0]["message"]),
+            (&field.into(), &message.into()),
+            "{body}"
+        );
+    }
+    assert_eq!(shop.inventory.reserve_calls(), 0, "nothing was reserved");
+    let placed = app
+        .post_order(None, &json!({"items": [{"product_id": id, "quantity": 1}]}))
+        .await;
+    assert_eq!(placed.status(), 201, "an object still places the order");
+    app.stop().await;
+}

@@ -1,0 +1,134 @@
+//! A request body's object is a JSON object, never an array.
+//!
+//! serde's derived `Deserialize` for a struct also takes a sequence of its
+//! fields in order, so `["alice"]` would be read as `{"customer":"alice"}`
+//! and `{"items":[["<id>",2]]}` as an order line. The OpenAPI documents say
+//! object, and input they refuse must be refused, so the request types
+//! take only a map: each derives with `#[serde(remote = "Self")]` (which
+//! makes the derived code an inherent `deserialize`) and is named in
+//! [`only_json_objects!`](crate::only_json_objects), which implements
+//! [`FromJsonObject`] with that code and `Deserialize` with
+//! [`only_object`]. serde has no attribute for this; this is the smallest
+//! wrapper that keeps the derive, its attributes and the field paths of
+//! its errors.
+
+use std::{fmt, marker::PhantomData};
+
+use serde::de::{Deserializer, MapAccess, Visitor, value::MapAccessDeserializer};
+
+/// A struct that only a JSON object may fill.
+pub trait FromJsonObject: Sized {
+    /// The derived, field-by-field deserialization (the inherent
+    /// `deserialize` that `#[serde(remote = "Self")]` generates).
+    ///
+    /// # Errors
+    /// The deserializer's, for a missing, repeated or ill-typed field.
+    fn from_fields<'de, D: Deserializer<'de>>(fields: D) -> Result<Self, D::Error>;
+}
+
+/// `T` from a JSON object; anything else (an array above all) is the
+/// error "expected a JSON object".
+///
+/// # Errors
+/// The deserializer's, for anything but an object or for a bad field.
+pub fn only_object<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: FromJsonObject,
+{
+    struct Object<T>(PhantomData<T>);
+
+    impl<'de, T: FromJsonObject> Visitor<'de> for Object<T> {
+        type Value = T;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::from_fields(MapAccessDeserializer::new(map))
+        }
+    }
+
+    deserializer.deserialize_map(Object(PhantomData))
+}
+
+/// Makes each struct named take only a JSON object: implements
+/// [`FromJsonObject`](crate::problem::FromJsonObject) with its derived
+/// code and `Deserialize` with
+/// [`only_object`](crate::problem::only_object). Each must derive
+/// `Deserialize` with `#[serde(remote = "Self")]`.
+#[macro_export]
+macro_rules! only_json_objects {
+    ($($ty:ty),+ $(,)?) => {$(
+        impl $crate::problem::FromJsonObject for $ty {
+            fn from_fields<'de, D: ::serde::Deserializer<'de>>(
+                fields: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                // The inherent, derived `deserialize`.
+                <$ty>::deserialize(fields)
+            }
+        }
+
+        impl<'de> ::serde::Deserialize<'de> for $ty {
+            fn deserialize<D: ::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                $crate::problem::only_object(deserializer)
+            }
+        }
+    )+};
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    #[derive(Debug, PartialEq, Deserialize)]
+    #[serde(remote = "Self")]
+    struct Line {
+        sku: String,
+        #[serde(default)]
+        quantity: u32,
+    }
+
+    crate::only_json_objects!(Line);
+
+    #[derive(Debug, Deserialize)]
+    struct Order {
+        #[allow(dead_code)]
+        items: Vec<Line>,
+    }
+
+    #[test]
+    fn an_object_fills_the_struct_with_its_defaults() {
+        let line: Line = serde_json::from_str(r#"{"sku":"A-1"}"#).unwrap();
+        assert_eq!(
+            line,
+            Line {
+                sku: "A-1".into(),
+                quantity: 0
+            }
+        );
+    }
+
+    #[test]
+    fn an_array_of_the_fields_is_refused() {
+        let e = serde_json::from_str::<Line>(r#"["A-1",2]"#).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("invalid type: sequence, expected a JSON object"),
+            "{e}"
+        );
+        let e = serde_json::from_str::<Order>(r#"{"items":[["A-1",2]]}"#).unwrap_err();
+        assert!(e.to_string().contains("expected a JSON object"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_field_keeps_serdes_message() {
+        let e = serde_json::from_str::<Line>(r#"{"quantity":1}"#).unwrap_err();
+        assert!(e.to_string().starts_with("missing field `sku`"), "{e}");
+        let e = serde_json::from_str::<Line>(r#"{"sku":"A","sku":"B"}"#).unwrap_err();
+        assert!(e.to_string().starts_with("duplicate field `sku`"), "{e}");
+    }
+}
