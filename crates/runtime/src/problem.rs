@@ -21,7 +21,7 @@ use serde::{Serialize, de::DeserializeOwned};
 mod object;
 mod wording;
 
-pub use object::{FromJsonObject, only_object};
+pub use object::{FromJsonObject, JsonMembers, only_object};
 
 /// The media type of a problem body.
 pub const CONTENT_TYPE: &str = "application/problem+json";

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use shopeasy_product_api::{NewProduct, Product, ProductPage, ProductUpdate, paths};
 use shopeasy_runtime::openapi::ProblemDetails;
-use shopeasy_runtime::problem::{Json, Query};
+use shopeasy_runtime::problem::{Json, JsonMembers, Query};
 use utoipa::{IntoParams, IntoResponses};
 use uuid::Uuid;
 
@@ -144,9 +144,9 @@ pub(crate) async fn get_product(
 pub(crate) async fn create_product(
     _admin: AdminAuth,
     State(state): State<AppState>,
-    Json(body): Json<serde_json::Value>,
+    Json(JsonMembers(body)): Json<JsonMembers>,
 ) -> Result<Response, Error> {
-    let draft = ProductDraft::parse(&body)?;
+    let draft = ProductDraft::parse(&body.into())?;
     let product = state.catalogue.create(&draft).await?;
     let mut response = (StatusCode::CREATED, Json(&product)).into_response();
     if let Ok(location) = HeaderValue::from_str(&paths::product(product.id)) {
@@ -173,10 +173,10 @@ pub(crate) async fn update_product(
     _admin: AdminAuth,
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
-    Json(body): Json<serde_json::Value>,
+    Json(JsonMembers(body)): Json<JsonMembers>,
 ) -> Result<Response, Error> {
     let id = product_id(id)?;
-    let draft = ProductDraft::parse(&body)?;
+    let draft = ProductDraft::parse(&body.into())?;
     let product = state.catalogue.update(id, &draft).await?;
     Ok(Json(product).into_response())
 }

@@ -237,6 +237,17 @@ async fn every_error_status_is_problem_json() {
     assert_eq!(fields(&p), ["sku", "name", "price_cents", "currency"]);
     let p = problem(post("[1,2]".into(), "application/json").await.unwrap(), 422).await;
     assert_eq!(fields(&p), ["body"]);
+    // 422 for a member sent twice (which one counts would depend on the
+    // parser, so neither does), and nothing is created: the SKU is free.
+    let twice =
+        r#"{"sku":"TWICE-1","name":"Twice","price_cents":100,"currency":"EUR","price_cents":1}"#;
+    let p = problem(post(twice.into(), "application/json").await.unwrap(), 422).await;
+    assert_eq!(fields(&p), ["price_cents"]);
+    assert_eq!(p["errors"][0]["message"], "must be sent once", "{p}");
+    let once = post(body("TWICE-1").to_string().into(), "application/json")
+        .await
+        .unwrap();
+    assert_eq!(once.status(), 201);
     // 409 duplicate SKU, on create and on update.
     let p = problem(
         post(body("DUP-1").to_string().into(), "application/json")

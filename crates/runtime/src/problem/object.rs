@@ -1,4 +1,5 @@
-//! A request body's object is a JSON object, never an array.
+//! A request body's object is a JSON object, never an array, and a body
+//! read as members ([`JsonMembers`]) names each once.
 //!
 //! serde's derived `Deserialize` for a struct also takes a sequence of its
 //! fields in order, so `["alice"]` would be read as `{"customer":"alice"}`
@@ -14,7 +15,10 @@
 
 use std::{fmt, marker::PhantomData};
 
-use serde::de::{Deserializer, MapAccess, Visitor, value::MapAccessDeserializer};
+use serde::de::{
+    self, Deserialize, Deserializer, MapAccess, Visitor, value::MapAccessDeserializer,
+};
+use serde_json::{Map, Value};
 
 /// A struct that only a JSON object may fill.
 pub trait FromJsonObject: Sized {
@@ -53,6 +57,46 @@ where
     deserializer.deserialize_map(Object(PhantomData))
 }
 
+/// A JSON object whose every member is named once, for a handler that
+/// reads a body's members itself (product's drafts).
+///
+/// serde_json's `Value` keeps the last of two members of one name without
+/// a word, where another parser (a proxy's, a client's) may keep the
+/// first: a body whose meaning depends on who reads it is refused, with
+/// serde's words for it (``duplicate field `sku` ``, which the `Json`
+/// extractor answers as 422 naming `sku`), as a derived type refuses it.
+/// Only the top level is checked: the values are `Value`s.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JsonMembers(pub Map<String, Value>);
+
+impl<'de> Deserialize<'de> for JsonMembers {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Members;
+
+        impl<'de> Visitor<'de> for Members {
+            type Value = JsonMembers;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<JsonMembers, A::Error> {
+                let mut members = Map::new();
+                while let Some(name) = map.next_key::<String>()? {
+                    if members.contains_key(&name) {
+                        return Err(de::Error::custom(format_args!("duplicate field `{name}`")));
+                    }
+                    let value = map.next_value()?;
+                    members.insert(name, value);
+                }
+                Ok(JsonMembers(members))
+            }
+        }
+
+        deserializer.deserialize_map(Members)
+    }
+}
+
 /// Makes each struct named take only a JSON object: implements
 /// [`FromJsonObject`](crate::problem::FromJsonObject) with its derived
 /// code and `Deserialize` with
@@ -83,6 +127,8 @@ macro_rules! only_json_objects {
 #[cfg(test)]
 mod tests {
     use serde::Deserialize;
+
+    use super::JsonMembers;
 
     #[derive(Debug, PartialEq, Deserialize)]
     #[serde(remote = "Self")]
@@ -122,6 +168,21 @@ mod tests {
         );
         let e = serde_json::from_str::<Order>(r#"{"items":[["A-1",2]]}"#).unwrap_err();
         assert!(e.to_string().contains("expected a JSON object"), "{e}");
+    }
+
+    #[test]
+    fn members_are_an_object_each_named_once() {
+        let m: JsonMembers = serde_json::from_str(r#"{"sku":"A","n":{"x":1}}"#).unwrap();
+        assert_eq!(m.0.len(), 2);
+        assert_eq!(m.0["n"], serde_json::json!({"x": 1}));
+        let e = serde_json::from_str::<JsonMembers>(r#"{"sku":"A","n":1,"sku":"B"}"#).unwrap_err();
+        assert!(e.to_string().starts_with("duplicate field `sku`"), "{e}");
+        let e = serde_json::from_str::<JsonMembers>("[]").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("invalid type: sequence, expected a JSON object"),
+            "{e}"
+        );
     }
 
     #[test]
