@@ -10,8 +10,9 @@ use std::{collections::BTreeMap, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
-/// What the page asks the generator for.
+/// What the page asks the generator for (a JSON object only).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[serde(remote = "Self")]
 pub struct LoadRequest {
     /// Requests per second, (0, 5000].
     pub rate: f64,
@@ -21,6 +22,8 @@ pub struct LoadRequest {
     #[serde(default = "default_duration")]
     pub duration_seconds: f64,
 }
+
+shopeasy_runtime::only_json_objects!(serialize: LoadRequest);
 
 fn default_duration() -> f64 {
     60.0
@@ -121,6 +124,16 @@ mod tests {
         assert_eq!(quantile(&ms, 0.0), Duration::from_millis(1));
         assert_eq!(quantile(&ms[..1], 0.99), Duration::from_millis(1));
         assert_eq!(quantile(&[], 0.99), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_request_is_an_object_never_an_array_of_its_fields() {
+        let r: LoadRequest = serde_json::from_str(r#"{"rate":10,"read_share":1}"#).unwrap();
+        assert_eq!(r.duration_seconds, 60.0);
+        let text = serde_json::to_string(&r).unwrap();
+        assert_eq!(serde_json::from_str::<LoadRequest>(&text).unwrap(), r);
+        let e = serde_json::from_str::<LoadRequest>("[10, 1, 60]").unwrap_err();
+        assert!(e.to_string().contains("expected a JSON object"), "{e}");
     }
 
     #[test]

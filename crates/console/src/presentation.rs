@@ -46,8 +46,9 @@ pub const TOXICS: [&str; 3] = ["timeout", "latency", "reset_peer"];
 /// How many past changes the status keeps.
 const HISTORY: usize = 20;
 
-/// What the page asks for.
+/// What the page asks for (a JSON object only).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(remote = "Self")]
 pub struct PresentationRequest {
     /// Seconds from one fault to the next, `hold_s ..= 3600`.
     pub interval_s: f64,
@@ -63,6 +64,8 @@ pub struct PresentationRequest {
     #[serde(default)]
     pub toxics: Vec<String>,
 }
+
+shopeasy_runtime::only_json_objects!(serialize: PresentationRequest);
 
 impl PresentationRequest {
     /// Checks the ranges and names (the page sends what a person typed).
@@ -483,6 +486,15 @@ mod tests {
             edges: vec![],
             toxics: vec![],
         }
+    }
+
+    #[test]
+    fn a_request_is_an_object_never_an_array_of_its_fields() {
+        let text = serde_json::to_string(&request(1.0, 0.5)).unwrap();
+        let back: PresentationRequest = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, request(1.0, 0.5));
+        let e = serde_json::from_str::<PresentationRequest>("[1.0, 0.5]").unwrap_err();
+        assert!(e.to_string().contains("expected a JSON object"), "{e}");
     }
 
     #[test]

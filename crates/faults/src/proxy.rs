@@ -32,8 +32,10 @@ pub(crate) struct ToxicEntry {
     pub(crate) toxic: Toxic,
 }
 
-/// How to create a proxy (Toxiproxy's proxy JSON, plus an optional `seed`).
+/// How to create a proxy (Toxiproxy's proxy JSON, plus an optional `seed`);
+/// a JSON object only, as Go's decoder takes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 pub struct ProxyConfig {
     /// Unique name, for example `order-inventory`.
     #[serde(default)]
@@ -52,6 +54,8 @@ pub struct ProxyConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
 }
+
+shopeasy_runtime::only_json_objects!(serialize: ProxyConfig);
 
 fn default_listen() -> String {
     "127.0.0.1:0".to_owned()

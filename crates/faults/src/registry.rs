@@ -12,8 +12,10 @@ use crate::{
     windows::{WindowHistory, WindowLog},
 };
 
-/// A change to a proxy (Toxiproxy's proxy update JSON; absent = unchanged).
+/// A change to a proxy (Toxiproxy's proxy update JSON; absent = unchanged);
+/// a JSON object only.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(remote = "Self")]
 pub struct ProxyUpdate {
     /// New listen address (restarts the proxy, closing its connections).
     #[serde(default)]
@@ -25,6 +27,8 @@ pub struct ProxyUpdate {
     #[serde(default)]
     pub enabled: Option<bool>,
 }
+
+shopeasy_runtime::only_json_objects!(ProxyUpdate);
 
 /// Named proxies, shared by clones.
 ///

@@ -206,6 +206,7 @@ impl Toxic {
     /// [`Error::InvalidStream`], [`Error::InvalidToxicType`].
     pub fn from_json(body: &[u8]) -> Result<Self, Error> {
         #[derive(Deserialize)]
+        #[serde(remote = "Self")]
         struct Wire {
             #[serde(default)]
             name: String,
@@ -218,6 +219,8 @@ impl Toxic {
             #[serde(default)]
             attributes: Option<Value>,
         }
+        // A JSON object only, as Go's decoder takes it.
+        shopeasy_runtime::only_json_objects!(Wire);
         let wire: Wire = serde_json::from_slice(body).map_err(|e| Error::BadBody(e.to_string()))?;
         let stream = match wire.stream.as_deref() {
             None | Some("") | Some("downstream") => Stream::Downstream,
@@ -249,12 +252,14 @@ impl Toxic {
     /// [`Error::BadBody`] for malformed JSON or out-of-range values.
     pub fn updated_from_json(&self, body: &[u8]) -> Result<Self, Error> {
         #[derive(Deserialize)]
+        #[serde(remote = "Self")]
         struct Wire {
             #[serde(default)]
             toxicity: Option<f32>,
             #[serde(default)]
             attributes: Option<Map<String, Value>>,
         }
+        shopeasy_runtime::only_json_objects!(Wire);
         let wire: Wire = serde_json::from_slice(body).map_err(|e| Error::BadBody(e.to_string()))?;
         let mut attributes = self.kind.attributes();
         attributes.extend(wire.attributes.unwrap_or_default());

@@ -268,6 +268,56 @@ async fn a_name_that_does_not_decode_is_a_bad_request() {
     }
 }
 
+/// Go's decoder, Toxiproxy's, takes only an object for a proxy or a toxic;
+/// serde's derive would read an array as the fields in order. Each is 400
+/// and changes nothing.
+#[tokio::test]
+async fn an_array_is_not_a_proxy_or_a_toxic() {
+    let api = start_api().await;
+    let upstream = echo().await.addr.to_string();
+    let (status, _) = api
+        .post("/proxies", json!({"name": "edge", "upstream": upstream}))
+        .await;
+    assert_eq!(status, 201);
+    let (_, before) = api.get("/proxies").await;
+    for (path, body) in [
+        ("/proxies", json!(["other", "127.0.0.1:0", upstream, true])),
+        (
+            "/populate",
+            json!([["other", "127.0.0.1:0", upstream, true]]),
+        ),
+        ("/proxies/edge", json!(["127.0.0.1:0", null, false])),
+        (
+            "/proxies/edge/toxics",
+            json!(["slow", "latency", "downstream", 1.0, {"latency": 1}]),
+        ),
+    ] {
+        let (status, problem) = api.post(path, body).await;
+        assert_eq!(status, 400, "{path}: {problem}");
+        assert!(
+            problem["error"]
+                .as_str()
+                .unwrap()
+                .contains("expected a JSON object"),
+            "{path}: {problem}"
+        );
+    }
+    let toxic = json!({"name": "slow", "type": "latency", "attributes": {"latency": 1}});
+    assert_eq!(api.post("/proxies/edge/toxics", toxic).await.0, 200);
+    let (status, problem) = api
+        .post("/proxies/edge/toxics/slow", json!([0.5, {"latency": 9}]))
+        .await;
+    assert_eq!(status, 400, "{problem}");
+    let (_, after) = api.get("/proxies").await;
+    let toxics = &after["edge"]["toxics"];
+    assert_eq!(toxics[0]["attributes"]["latency"], 1, "{after}");
+    assert_eq!(
+        after.as_object().unwrap().keys().collect::<Vec<_>>(),
+        before.as_object().unwrap().keys().collect::<Vec<_>>(),
+        "no proxy was added"
+    );
+}
+
 /// A restart that cannot listen leaves the proxy as it was: still listed,
 /// on its old address, with its toxics, and forwarding.
 #[tokio::test]

@@ -101,9 +101,25 @@ impl<'de> Deserialize<'de> for JsonMembers {
 /// [`FromJsonObject`](crate::problem::FromJsonObject) with its derived
 /// code and `Deserialize` with
 /// [`only_object`](crate::problem::only_object). Each must derive
-/// `Deserialize` with `#[serde(remote = "Self")]`.
+/// `Deserialize` with `#[serde(remote = "Self")]`; one that also derives
+/// `Serialize` (which the attribute turns into an inherent `serialize`
+/// too) is named after `serialize:`, and gets its `Serialize` back.
 #[macro_export]
 macro_rules! only_json_objects {
+    (serialize: $($ty:ty),+ $(,)?) => {
+        $crate::only_json_objects!($($ty),+);
+        $(
+            impl ::serde::Serialize for $ty {
+                fn serialize<S: ::serde::Serializer>(
+                    &self,
+                    serializer: S,
+                ) -> ::core::result::Result<S::Ok, S::Error> {
+                    // The inherent, derived `serialize`.
+                    <$ty>::serialize(self, serializer)
+                }
+            }
+        )+
+    };
     ($($ty:ty),+ $(,)?) => {$(
         impl $crate::problem::FromJsonObject for $ty {
             fn from_fields<'de, D: ::serde::Deserializer<'de>>(
@@ -139,6 +155,24 @@ mod tests {
     }
 
     crate::only_json_objects!(Line);
+
+    /// Both ways, as the fault API's proxy.
+    #[derive(Debug, PartialEq, serde::Serialize, Deserialize)]
+    #[serde(remote = "Self")]
+    struct Both {
+        name: String,
+    }
+
+    crate::only_json_objects!(serialize: Both);
+
+    #[test]
+    fn a_type_both_ways_still_serializes_and_takes_only_an_object() {
+        let both = Both { name: "a".into() };
+        let text = serde_json::to_string(&both).unwrap();
+        assert_eq!(text, r#"{"name":"a"}"#);
+        assert_eq!(serde_json::from_str::<Both>(&text).unwrap(), both);
+        assert!(serde_json::from_str::<Both>(r#"["a"]"#).is_err());
+    }
 
     #[derive(Debug, Deserialize)]
     struct Order {
