@@ -21,7 +21,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use serde::{Deserialize, Serialize};
 use shopeasy_identity::{AuthError, Authenticated, Claims, Verifier};
 use shopeasy_resilience::deadline::Deadline;
-use shopeasy_runtime::problem::{FieldError, Json, Path, Problem, Query};
+use shopeasy_runtime::problem::{FieldError, Json, Path, Problem, Query, page_limit};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
@@ -351,17 +351,10 @@ async fn list(
     if let Err(e) = customer.check_named(named) {
         errors.push(e);
     }
-    let limit = match query.limit.as_deref().map(str::parse::<i64>) {
-        None => MAX_PAGE,
-        Some(Ok(n)) if (1..=MAX_PAGE).contains(&n) => n,
-        Some(_) => {
-            errors.push(FieldError::new(
-                "limit",
-                format!("must be a whole number from 1 to {MAX_PAGE}"),
-            ));
-            0
-        }
-    };
+    let limit = page_limit(query.limit.as_deref(), MAX_PAGE, MAX_PAGE).unwrap_or_else(|e| {
+        errors.push(e);
+        0
+    });
     let cursor = match query.cursor.as_deref().filter(|c| !c.is_empty()) {
         None => None,
         Some(c) => {

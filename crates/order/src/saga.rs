@@ -673,12 +673,13 @@ impl Orders {
     pub async fn of_customer(
         &self,
         customer: &Customer,
-        limit: i64,
+        limit: u32,
         after: Option<&PageCursor>,
     ) -> Result<Page, Error> {
+        let limit = i64::from(limit.clamp(1, MAX_PAGE));
         Ok(self
             .store
-            .orders_of(customer.as_str(), limit.clamp(1, MAX_PAGE), after)
+            .orders_of(customer.as_str(), limit, after)
             .await?)
     }
 
@@ -782,7 +783,7 @@ impl Orders {
 }
 
 /// Most orders on one page of a customer's list.
-pub const MAX_PAGE: i64 = 100;
+pub const MAX_PAGE: u32 = 100;
 
 fn ran(placed: Placed) -> Attempt {
     Attempt::Ran(Ok(placed))

@@ -49,6 +49,26 @@ impl FieldError {
     }
 }
 
+/// A list's `limit` query parameter: absent is `default`, anything else
+/// must be a whole number from 1 to `max`; present but empty is not a
+/// number (the documents say integer). Product and order page with it, so
+/// their lists answer alike.
+///
+/// # Errors
+/// A field error naming `limit`.
+pub fn page_limit(raw: Option<&str>, default: u32, max: u32) -> Result<u32, FieldError> {
+    let Some(text) = raw else {
+        return Ok(default);
+    };
+    match text.parse::<u32>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(FieldError::new(
+            "limit",
+            format!("must be a whole number from 1 to {max}"),
+        )),
+    }
+}
+
 /// An RFC 9457 problem.
 ///
 /// Every problem is complete (SPEC §3): `type`, `title`, `status` and
@@ -631,6 +651,23 @@ mod tests {
         assert!(b["detail"].as_str().unwrap().contains("UTF-8"), "{b}");
         assert_complete(&b);
         assert_eq!(call("/items/%C3%A9").await.status(), StatusCode::OK);
+    }
+
+    #[test]
+    fn a_page_limit_is_its_default_or_a_whole_number_in_range() {
+        assert_eq!(page_limit(None, 20, 100), Ok(20));
+        assert_eq!(page_limit(Some("1"), 20, 100), Ok(1));
+        assert_eq!(page_limit(Some("100"), 20, 100), Ok(100));
+        for bad in ["", "0", "101", "-1", "x", "1.5", "99999999999"] {
+            assert_eq!(
+                page_limit(Some(bad), 20, 100),
+                Err(FieldError::new(
+                    "limit",
+                    "must be a whole number from 1 to 100"
+                )),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use shopeasy_product_api::{NewProduct, Product, ProductPage, ProductUpdate, paths};
 use shopeasy_runtime::openapi::ProblemDetails;
-use shopeasy_runtime::problem::{Json, JsonMembers, Query};
+use shopeasy_runtime::problem::{Json, JsonMembers, Query, page_limit};
 use utoipa::{IntoParams, IntoResponses};
 use uuid::Uuid;
 
@@ -75,21 +75,18 @@ pub(crate) async fn list_products(
     Query(params): Query<ListParams>,
 ) -> Result<Response, Error> {
     let mut errors = Vec::new();
-    // Present but empty is not a number (the document says integer), as
-    // order answers it; only an absent `limit` is the default.
-    let limit = match params.limit.as_deref() {
-        None => paths::DEFAULT_LIMIT,
-        Some(text) => match text.parse::<u32>() {
-            Ok(n) if (1..=paths::MAX_LIMIT).contains(&n) => n,
-            _ => {
-                errors.push(FieldIssue {
-                    field: "limit",
-                    message: format!("must be a whole number from 1 to {}", paths::MAX_LIMIT),
-                });
-                0
-            }
-        },
-    };
+    let limit = page_limit(
+        params.limit.as_deref(),
+        paths::DEFAULT_LIMIT,
+        paths::MAX_LIMIT,
+    )
+    .unwrap_or_else(|e| {
+        errors.push(FieldIssue {
+            field: "limit",
+            message: e.message,
+        });
+        0
+    });
     let cursor = match params.cursor.as_deref().filter(|s| !s.is_empty()) {
         None => None,
         Some(text) => Cursor::parse(text)
