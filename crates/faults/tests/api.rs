@@ -32,6 +32,14 @@ impl Api {
     async fn delete(&self, path: &str) -> (u16, Value) {
         self.send(reqwest::Method::DELETE, path, None).await
     }
+    /// Creates the proxy `edge` on a free loopback port in front of
+    /// `upstream`; returns its view.
+    async fn create_edge(&self, upstream: &str) -> Value {
+        let edge = json!({"name": "edge", "listen": "127.0.0.1:0", "upstream": upstream});
+        let (status, created) = self.post("/proxies", edge).await;
+        assert_eq!(status, 201, "{created}");
+        created
+    }
 }
 
 #[tokio::test]
@@ -275,10 +283,7 @@ async fn a_name_that_does_not_decode_is_a_bad_request() {
 async fn an_array_is_not_a_proxy_or_a_toxic() {
     let api = start_api().await;
     let upstream = echo().await.addr.to_string();
-    let (status, _) = api
-        .post("/proxies", json!({"name": "edge", "upstream": upstream}))
-        .await;
-    assert_eq!(status, 201);
+    api.create_edge(&upstream).await;
     let (_, before) = api.get("/proxies").await;
     for (path, body) in [
         ("/proxies", json!(["other", "127.0.0.1:0", upstream, true])),
@@ -324,13 +329,7 @@ async fn an_array_is_not_a_proxy_or_a_toxic() {
 async fn a_listen_change_that_fails_keeps_the_proxy_as_it_was() {
     let api = start_api().await;
     let upstream = echo().await;
-    let (status, created) = api
-        .post(
-            "/proxies",
-            json!({"name": "edge", "listen": "127.0.0.1:0", "upstream": upstream.addr.to_string()}),
-        )
-        .await;
-    assert_eq!(status, 201);
+    let created = api.create_edge(&upstream.addr.to_string()).await;
     let toxic = json!({"name": "slow", "type": "latency", "attributes": {"latency": 1}});
     assert_eq!(api.post("/proxies/edge/toxics", toxic).await.0, 200);
     let (_, before) = api.get("/proxies/edge").await;
@@ -364,13 +363,7 @@ async fn snapshot(api: &Api) -> Value {
 async fn requests_a_web_page_could_send_are_refused_and_change_nothing() {
     let api = start_api().await;
     let upstream = echo().await;
-    let (status, _) = api
-        .post(
-            "/proxies",
-            json!({"name": "edge", "listen": "127.0.0.1:0", "upstream": upstream.addr.to_string()}),
-        )
-        .await;
-    assert_eq!(status, 201);
+    api.create_edge(&upstream.addr.to_string()).await;
     let before = snapshot(&api).await;
 
     let toxic = json!({"name": "hang", "type": "timeout", "attributes": {"timeout": 0}});
