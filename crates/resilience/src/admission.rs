@@ -758,6 +758,10 @@ impl Permit {
     /// a fast service and raise the limit, letting in more of what is
     /// being refused. It frees the slot and teaches nothing, as an
     /// abandoned request does.
+    ///
+    /// The status alone cannot tell a gRPC refusal (HTTP 200 with a
+    /// `grpc-status` header): a listener that may carry gRPC calls uses
+    /// [`Permit::answered_head`].
     pub fn answered(self, status: http::StatusCode) {
         if status == http::StatusCode::SERVICE_UNAVAILABLE
             || status == http::StatusCode::TOO_MANY_REQUESTS
@@ -765,6 +769,20 @@ impl Permit {
             drop(self);
         } else {
             self.complete();
+        }
+    }
+
+    /// The request was answered with this head: as [`Permit::answered`],
+    /// and a gRPC refusal is one too. tonic returns a handler's error as a
+    /// trailers-only response — HTTP 200, the code in the `grpc-status`
+    /// header — so a fast `RESOURCE_EXHAUSTED` (8) or `UNAVAILABLE` (14),
+    /// gRPC's 429 and 503, would otherwise be learnt as a fast service
+    /// time and raise the limit.
+    pub fn answered_head(self, status: http::StatusCode, headers: &http::HeaderMap) {
+        if grpc_refusal_in(headers) {
+            drop(self);
+        } else {
+            self.answered(status);
         }
     }
 
@@ -789,4 +807,16 @@ impl Drop for Permit {
             shared.release(&mut shared.lock(), None);
         }
     }
+}
+
+/// Whether a response head carries a gRPC refusal: `grpc-status` 8
+/// (`RESOURCE_EXHAUSTED`) or 14 (`UNAVAILABLE`). Read from the headers, so
+/// only a trailers-only answer (how a unary error comes back) is seen; a
+/// status in the trailers comes after the service time was measured.
+fn grpc_refusal_in(headers: &http::HeaderMap) -> bool {
+    headers
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .is_some_and(|code| code == 8 || code == 14)
 }

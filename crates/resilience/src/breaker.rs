@@ -22,6 +22,18 @@
 //! failed after `trial_timeout`. Timeouts count as failures; a call the
 //! caller cancelled (its future dropped) counts as nothing.
 //!
+//! **A call never sent is ignored.** A layer below the breaker may refuse a
+//! call without sending it: the bulkhead sheds it
+//! ([`Overloaded`](crate::error::Overloaded)), the attempt timeout finds no
+//! time left to send it ([`DeadlineExceeded`]), an inner breaker is open
+//! ([`CircuitOpen`]) — see [`never_sent`]. Such a refusal says nothing
+//! about the dependency, so the breaker counts it as [`Outcome::Ignore`]
+//! before any [`Classify`] is asked: otherwise a burst above the bulkhead's
+//! limit against a healthy dependency would open the breaker. (A call that
+//! was sent and ran out of time is [`AttemptTimedOut`]: a failure.) A trial
+//! refused that way hands the trial to the next caller, as a cancelled one
+//! does.
+//!
 //! Metrics: `shopeasy_downstream_circuit_transitions_total{target,state}` and
 //! `shopeasy_downstream_circuit_state{target}` (0 closed, 1 open, 2
 //! half-open).
@@ -40,7 +52,7 @@ use serde::Serialize;
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
 
-use crate::error::{AttemptTimedOut, BoxError, CircuitOpen};
+use crate::error::{AttemptTimedOut, BoxError, CircuitOpen, DeadlineExceeded};
 use crate::window::{SHARDS, SlidingWindow};
 
 /// Slots in the sampling window (a power of two).
@@ -119,7 +131,8 @@ pub enum Outcome {
     /// The dependency failed or did not answer in time.
     Failure,
     /// Says nothing about the dependency (for example the caller's own
-    /// cancellation): not counted.
+    /// cancellation, or a call a layer below refused without sending it):
+    /// not counted.
     Ignore,
 }
 
@@ -505,9 +518,37 @@ impl Drop for Lease {
 }
 
 /// Decides how a call's result counts for the breaker.
+///
+/// [`Breaker`] asks only about calls that were sent: an error saying a
+/// layer below refused the call without sending it ([`never_sent`]) is
+/// [`Outcome::Ignore`] whatever the classifier would say (a call never
+/// sent is ignored; see the module docs).
 pub trait Classify<Res, E> {
     /// The outcome of `result`.
     fn classify(&self, result: &Result<Res, E>) -> Outcome;
+}
+
+/// Whether `err` says a layer below the breaker refused the call without
+/// sending it: the bulkhead shed it
+/// ([`Overloaded`](crate::error::Overloaded)), the attempt timeout had no
+/// time left to send it ([`DeadlineExceeded`]), or an inner breaker is open
+/// ([`CircuitOpen`]). The dependency was not asked, so such a call
+/// tells nothing about its health. A sent call that ran out of time is
+/// [`AttemptTimedOut`], not one of these.
+pub fn never_sent(err: &(dyn std::error::Error + 'static)) -> bool {
+    crate::error::is_rejected(err) || crate::error::find::<DeadlineExceeded>(err).is_some()
+}
+
+/// How `result` counts: [`Outcome::Ignore`] for a call never sent
+/// ([`never_sent`]), else what `classifier` says.
+fn outcome_of<C, T>(classifier: &C, result: &Result<T, BoxError>) -> Outcome
+where
+    C: Classify<T, BoxError>,
+{
+    match result {
+        Err(e) if never_sent(e.as_ref()) => Outcome::Ignore,
+        _ => classifier.classify(result),
+    }
 }
 
 /// Every error is a failure, every response a success.
@@ -664,7 +705,7 @@ impl<S, C, Req> Service<Req> for Breaker<S, C>
 where
     S: Service<Req>,
     S::Error: Into<BoxError>,
-    C: Classify<S::Response, S::Error> + Clone,
+    C: Classify<S::Response, BoxError> + Clone,
 {
     type Response = S::Response;
     type Error = BoxError;
@@ -720,7 +761,7 @@ impl<F, C, T, E> Future for ResponseFuture<F, C>
 where
     F: Future<Output = Result<T, E>>,
     E: Into<BoxError>,
-    C: Classify<T, E>,
+    C: Classify<T, BoxError>,
 {
     type Output = Result<T, BoxError>;
 
@@ -731,10 +772,13 @@ where
             return Poll::Ready(Err(open.into()));
         };
         if let Poll::Ready(result) = inner.poll(cx) {
+            // Boxed first, so a refusal from a layer below (a call never
+            // sent) can be told from the dependency's own errors.
+            let result: Result<T, BoxError> = result.map_err(Into::into);
             if let Some(permit) = this.permit.take() {
-                permit.record(this.classifier.classify(&result));
+                permit.record(outcome_of(&*this.classifier, &result));
             }
-            return Poll::Ready(result.map_err(Into::into));
+            return Poll::Ready(result);
         }
         if let Some(timeout) = *this.trial_timeout {
             let sleep = this

@@ -85,7 +85,7 @@ pub struct EdgeConfig {
 impl EdgeConfig {
     /// An edge to `target` with `attempt_timeout`, two retries, the default
     /// backoff and breaker (its trial timeout two attempts), 64 calls in
-    /// flight, the default throttle (`K = 2` over two minutes).
+    /// flight, the default throttle (`K = 2` over ten seconds).
     pub fn new(target: &'static str, attempt_timeout: Duration) -> Self {
         Self {
             target,
@@ -204,6 +204,8 @@ where
     ///    breaker, so a throttled call is not a breaker failure;
     /// 4. circuit breaker: fails fast while the target keeps failing
     ///    (`classifier` says what a failure is), one trial after the break;
+    ///    a call the bulkhead shed or the attempt timeout did not send is
+    ///    not counted;
     /// 5. bulkhead: at most `max_concurrency` calls in flight, more are
     ///    shed, so a hung target cannot hold every task;
     /// 6. attempt timeout: `min(attempt_timeout, time left)`, told to the

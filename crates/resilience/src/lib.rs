@@ -55,7 +55,9 @@
 //! 3. **client-side throttle** ([`throttle`], in [`edge`]'s stack) — under
 //!    the retry, so each attempt is one request and a throttled retry is
 //!    not sent; above the breaker, so a local refusal is not a failure;
-//! 4. **circuit breaker** — counts every attempt, timeouts included;
+//! 4. **circuit breaker** — counts every attempt sent, timeouts included;
+//!    one the layers below refused without sending (the bulkhead shed it,
+//!    no time was left) is ignored, since it says nothing of the dependency;
 //! 5. **concurrency limit (bulkhead)** — under the breaker, so an open
 //!    breaker does not take slots;
 //! 6. **attempt timeout** — innermost, so each attempt gets its own timeout

@@ -21,7 +21,8 @@
 //!
 //! Stock policies: [`GrpcUnavailablePolicy`] (Inventory: only `UNAVAILABLE`,
 //! never after a timeout) and [`HttpRetryPolicy`] (connection failures,
-//! 502/503/504 and 429, never other 4xx).
+//! 502/503/504 and 429, never other 4xx, and only for a request that is
+//! safe to repeat: [`is_repeatable`]).
 
 use std::fmt;
 use std::future::Future;
@@ -175,6 +176,11 @@ impl<Req: Clone, Res> RetryPolicy<Req, Res, tonic::Status> for GrpcUnavailablePo
 /// [`HttpRetryPolicy::with_connection_error`] (for hyper-util:
 /// `|e| find::<hyper_util::client::legacy::Error>(e).is_some_and(|e| e.is_connect())`).
 /// The request body must be `Clone` (buffered on purpose, with a cap).
+///
+/// Only a request that is safe to repeat is ever retried
+/// ([`is_repeatable`]): a failed attempt may still have been acted on, so a
+/// plain POST, a PATCH or an unknown method gets its first answer however
+/// transient the failure looks.
 #[derive(Debug, Clone, Copy)]
 pub struct HttpRetryPolicy {
     connection_error: fn(&(dyn std::error::Error + 'static)) -> bool,
@@ -235,6 +241,25 @@ impl HttpRetryPolicy {
     }
 }
 
+/// The header that makes a POST safe to repeat: the callee keeps the first
+/// answer under the key and replays it for a repeat.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+
+/// Whether an HTTP request may be sent again after a failed attempt (SPEC
+/// §5): GET, HEAD, OPTIONS, PUT and DELETE (idempotent by RFC 9110 §9.2.2),
+/// or a POST carrying [`IDEMPOTENCY_KEY_HEADER`]. Anything else — a POST
+/// without the key, PATCH, CONNECT, an unknown method — is never repeated:
+/// the failed attempt may have been acted on (a timeout, a reset after the
+/// request was written), and a repeat could do the work twice.
+pub fn is_repeatable<B>(req: &http::Request<B>) -> bool {
+    use http::Method as M;
+    let method = req.method();
+    if *method == M::POST {
+        return req.headers().contains_key(IDEMPOTENCY_KEY_HEADER);
+    }
+    [M::GET, M::HEAD, M::OPTIONS, M::PUT, M::DELETE].contains(method)
+}
+
 /// How long a `Retry-After` value asks to wait, seen at `now`:
 /// delta-seconds, or an HTTP-date (RFC 9110 §10.2.3; a date already past is
 /// zero). `None` when malformed.
@@ -293,7 +318,13 @@ impl<B: Clone, RB> RetryPolicy<http::Request<B>, http::Response<RB>, BoxError> f
         }
     }
 
+    /// A copy of `req` for the next attempt, or `None` — the first answer
+    /// stands, whatever it is — for a request that is not safe to repeat
+    /// ([`is_repeatable`]).
     fn clone_request(&self, req: &http::Request<B>) -> Option<http::Request<B>> {
+        if !is_repeatable(req) {
+            return None;
+        }
         let mut out = http::Request::new(req.body().clone());
         *out.method_mut() = req.method().clone();
         *out.uri_mut() = req.uri().clone();

@@ -148,15 +148,20 @@ where
         flights.insert(key.clone(), (id, rx.clone()));
         drop(flights);
 
-        let fut = fetch();
-        let timeout = self.inner.fetch_timeout;
-        // Removes the entry however the task ends (even by panic), before
+        // Removes the entry however the fetch ends (even by panic), before
         // the result is published, so the next caller starts a new fetch.
+        // Made before `fetch()` is called: a `fetch` that panics while
+        // building its future unwinds through here, and the guard removes
+        // the entry (its sender is gone: left behind, every later caller
+        // for the key would wait on it and get `Lost`). After the lock is
+        // released, since its drop takes the lock.
         let done = Done {
             flights: self.clone(),
             key: Some(key),
             id,
         };
+        let fut = fetch();
+        let timeout = self.inner.fetch_timeout;
         // The fetch's span is a child of the leader's, so the detached
         // work (and its attempts) shows in the trace of the request that
         // started it.

@@ -26,7 +26,8 @@
 //!   counts in `requests` only; one it sent counts in `requests`, and in
 //!   `accepts` unless the callee refused it for overload. Counting at the
 //!   end (not at the start) means a call the layers below refused without
-//!   sending it (open breaker, full bulkhead, see [`Verdict::NotSent`])
+//!   sending it (open breaker, full bulkhead, no time left to send it: see
+//!   [`Verdict::NotSent`] and [`never_sent`])
 //!   counts as nothing: it never reached the callee and says nothing about
 //!   it; and a cancelled call counts as nothing either.
 //! - **Not accepted** means the callee's own overload refusal only (the
@@ -69,8 +70,8 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tower::{Layer, Service};
 
-use crate::breaker::{ErrorsAreFailures, HttpClassifier};
-use crate::error::{BoxError, is_rejected};
+use crate::breaker::{ErrorsAreFailures, HttpClassifier, never_sent};
+use crate::error::BoxError;
 use crate::window::SlidingWindow;
 
 /// The counter of calls refused locally, by target.
@@ -157,7 +158,7 @@ pub trait Judge<Res> {
 impl<Res> Judge<Res> for ErrorsAreFailures {
     fn verdict(&self, result: &Result<Res, BoxError>) -> Verdict {
         match result {
-            Err(e) if is_rejected(e.as_ref()) => Verdict::NotSent,
+            Err(e) if never_sent(e.as_ref()) => Verdict::NotSent,
             _ => Verdict::Accepted,
         }
     }
@@ -169,7 +170,7 @@ impl<B> Judge<http::Response<B>> for HttpClassifier {
         match result {
             Ok(r) if is_http_refusal(r.status()) => Verdict::Rejected,
             Ok(_) => Verdict::Accepted,
-            Err(e) if is_rejected(e.as_ref()) => Verdict::NotSent,
+            Err(e) if never_sent(e.as_ref()) => Verdict::NotSent,
             Err(_) => Verdict::Accepted,
         }
     }
@@ -182,7 +183,7 @@ impl<Res> Judge<Res> for crate::breaker::GrpcClassifier {
     fn verdict(&self, result: &Result<Res, BoxError>) -> Verdict {
         match result {
             Ok(_) => Verdict::Accepted,
-            Err(e) if is_rejected(e.as_ref()) => Verdict::NotSent,
+            Err(e) if never_sent(e.as_ref()) => Verdict::NotSent,
             Err(e) => match crate::error::find::<tonic::Status>(e.as_ref()) {
                 Some(s) if is_grpc_refusal(s) => Verdict::Rejected,
                 _ => Verdict::Accepted,
@@ -569,5 +570,34 @@ mod tests {
             <GrpcClassifier as Judge<()>>::verdict(&GrpcClassifier, &Err(open)),
             Verdict::NotSent
         );
+        let no_time: BoxError = crate::error::DeadlineExceeded.into();
+        assert_eq!(
+            <GrpcClassifier as Judge<()>>::verdict(&GrpcClassifier, &Err(no_time)),
+            Verdict::NotSent
+        );
+    }
+
+    #[test]
+    fn calls_the_layers_below_never_sent_count_as_nothing() {
+        let http = |e: BoxError| {
+            <HttpClassifier as Judge<http::Response<()>>>::verdict(&HttpClassifier, &Err(e))
+        };
+        let errors =
+            |e: BoxError| <ErrorsAreFailures as Judge<()>>::verdict(&ErrorsAreFailures, &Err(e));
+        for judge in [&http as &dyn Fn(BoxError) -> Verdict, &errors] {
+            assert_eq!(
+                judge(crate::error::DeadlineExceeded.into()),
+                Verdict::NotSent
+            );
+            assert_eq!(
+                judge(crate::error::Overloaded { max_in_flight: 1 }.into()),
+                Verdict::NotSent
+            );
+            assert_eq!(
+                judge(crate::error::AttemptTimedOut(std::time::Duration::from_secs(1)).into()),
+                Verdict::Accepted,
+                "sent and timed out: the callee took it"
+            );
+        }
     }
 }

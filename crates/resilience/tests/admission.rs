@@ -558,3 +558,77 @@ async fn a_refusal_further_on_is_no_service_time() {
     assert_eq!(s.min_rtt_ms, Some(1.0), "{s:?}");
     assert!(limit > 20, "fast successes raise the limit: {limit}");
 }
+
+/// Runs `rounds` rounds of `limit()` gRPC calls at once through the layer,
+/// each answered after 1 ms the way tonic answers a handler's error: HTTP
+/// 200, trailers-only, `grpc-status: code`. Returns the limit afterwards.
+async fn grpc_answered_with(a: &Admission, rounds: usize, code: &'static str) -> usize {
+    let gate = Arc::new(Semaphore::new(0));
+    let inner = {
+        let gate = gate.clone();
+        tower::service_fn(move |_req: http::Request<()>| {
+            let gate = gate.clone();
+            async move {
+                // Each call takes for good one of the permits a round adds.
+                if let Ok(permit) = gate.acquire().await {
+                    permit.forget();
+                }
+                let mut response = http::Response::new(String::new());
+                response
+                    .headers_mut()
+                    .insert("grpc-status", http::HeaderValue::from_static(code));
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        })
+    };
+    let svc = AdmissionLayer::new(a.clone(), GrpcRefusal).layer(inner);
+    for _ in 0..rounds {
+        let n = a.snapshot().limit;
+        let calls: Vec<_> = (0..n)
+            .map(|_| tokio::spawn(svc.clone().oneshot(http::Request::new(()))))
+            .collect();
+        while a.snapshot().in_flight < n {
+            tokio::task::yield_now().await;
+        }
+        advance(Duration::from_millis(1)).await;
+        gate.add_permits(n);
+        for call in calls {
+            let response = call.await.expect("the call's task").expect("answered");
+            assert_eq!(response.status(), http::StatusCode::OK);
+            assert_eq!(response.headers()["grpc-status"], code);
+        }
+    }
+    a.snapshot().limit
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grpc_refusal_further_on_is_no_service_time() {
+    let config = AdmissionConfig {
+        limit: LimitConfig {
+            initial: 20,
+            min: 2,
+            max: 1000,
+            ..LimitConfig::default()
+        },
+        ..AdmissionConfig::default()
+    };
+    // Fast trailers-only `RESOURCE_EXHAUSTED` and `UNAVAILABLE` (gRPC's 429
+    // and 503, though HTTP 200) teach the limit nothing.
+    for code in ["8", "14"] {
+        let a = Admission::new("t", config);
+        assert_eq!(
+            grpc_answered_with(&a, 50, code).await,
+            20,
+            "grpc-status {code}"
+        );
+        let s = a.snapshot();
+        assert_eq!(s.min_rtt_ms, None, "grpc-status {code}: {s:?}");
+        assert_eq!((s.in_flight, s.requests.admitted), (0, 1000));
+    }
+    // Fast answers (`OK`) are service times: measured, and the limit moves.
+    let a = Admission::new("t", config);
+    let limit = grpc_answered_with(&a, 50, "0").await;
+    let s = a.snapshot();
+    assert_eq!(s.min_rtt_ms, Some(1.0), "{s:?}");
+    assert!(limit > 20, "fast answers raise the limit: {limit}");
+}

@@ -9,9 +9,10 @@ use shopeasy_resilience::breaker::{
     Admission, BreakerConfig, BreakerHandle, BreakerLayer, CircuitBreaker, ErrorsAreFailures,
     GrpcClassifier, Outcome, State,
 };
-use shopeasy_resilience::deadline::Call;
+use shopeasy_resilience::bulkhead::BulkheadLayer;
+use shopeasy_resilience::deadline::{Call, Deadline};
 use shopeasy_resilience::timeout::AttemptTimeoutLayer;
-use shopeasy_resilience::{AttemptTimedOut, BoxError, CircuitOpen};
+use shopeasy_resilience::{AttemptTimedOut, BoxError, CircuitOpen, DeadlineExceeded, Overloaded};
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
 use tower_test::mock;
@@ -322,4 +323,104 @@ fn grpc_classifier_counts_timeouts_but_not_cancellation_or_answers() {
         shopeasy_resilience::breaker::Classify::classify(&c, &timed_out),
         Outcome::Failure
     );
+}
+
+/// A breaker that opens on two calls in the window, half of them failed:
+/// a couple of miscounted calls are enough to open it.
+fn touchy() -> BreakerConfig {
+    BreakerConfig {
+        minimum_throughput: 2,
+        ..config()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_the_bulkhead_sheds_were_never_sent_and_do_not_open_the_breaker() {
+    let (svc, mut handle) = mock::pair::<u32, u32>();
+    let breaker = BreakerHandle::new("shed", touchy());
+    let svc = tower::ServiceBuilder::new()
+        .layer(BreakerLayer::new(breaker.clone(), ErrorsAreFailures))
+        .layer(BulkheadLayer::new(1))
+        .service(svc);
+
+    // One call holds the only slot of a healthy dependency.
+    let held = tokio::spawn(svc.clone().oneshot(1));
+    let (req, respond) = handle.next_request().await.expect("the held call");
+    assert_eq!(req, 1);
+
+    // A burst above the limit: every call shed, none sent.
+    for i in 10..20 {
+        let err = svc.clone().oneshot(i).await.unwrap_err();
+        assert!(
+            err.is::<Overloaded>(),
+            "shed, not refused by the breaker: {err}"
+        );
+    }
+    assert!(handle.poll_request().is_pending(), "nothing more was sent");
+    assert_eq!(breaker.state(), State::Closed, "a shed call is no failure");
+    assert_eq!(breaker.snapshot()["failures_in_window"], 0);
+
+    respond.send_response(10);
+    assert_eq!(held.await.unwrap().unwrap(), 10);
+    let next = tokio::spawn(svc.clone().oneshot(2));
+    let (req, respond) = handle.next_request().await.expect("sent");
+    assert_eq!(req, 2);
+    respond.send_response(20);
+    assert_eq!(next.await.unwrap().unwrap(), 20);
+    assert_eq!(breaker.state(), State::Closed);
+    assert_eq!(breaker.snapshot()["successes_in_window"], 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_with_no_time_left_was_never_sent_and_is_not_counted() {
+    let (svc, mut handle) = mock::pair::<Call<u32>, u32>();
+    let breaker = BreakerHandle::new("late", touchy());
+    let svc = tower::ServiceBuilder::new()
+        .layer(BreakerLayer::new(breaker.clone(), ErrorsAreFailures))
+        .layer(AttemptTimeoutLayer::new(Duration::from_secs(1)))
+        .service(svc);
+
+    for i in 0..5 {
+        let call = Call::with_deadline(i, Some(Deadline::after(Duration::ZERO)));
+        let err = svc.clone().oneshot(call).await.unwrap_err();
+        assert!(err.is::<DeadlineExceeded>(), "not sent: {err}");
+    }
+    assert!(handle.poll_request().is_pending(), "nothing was sent");
+    assert_eq!(breaker.state(), State::Closed);
+    assert_eq!(breaker.snapshot()["failures_in_window"], 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trial_the_bulkhead_sheds_hands_the_trial_to_the_next_caller() {
+    let (svc, mut handle) = mock::pair::<u32, u32>();
+    let bulkhead = BulkheadLayer::new(1);
+    let breaker = BreakerHandle::new("shed-trial", config());
+    let svc = BreakerLayer::new(breaker.clone(), ErrorsAreFailures).layer(bulkhead.layer(svc));
+    // Another path into the same bulkhead, not through the breaker.
+    let (other, mut other_handle) = mock::pair::<u32, u32>();
+    let other = bulkhead.layer(other);
+    open(&breaker).await;
+    tokio::time::advance(BREAK).await;
+
+    let held = tokio::spawn(other.oneshot(0));
+    let (_req, respond) = other_handle.next_request().await.expect("holds the slot");
+    assert_eq!(bulkhead.in_flight(), 1);
+
+    let err = svc.clone().oneshot(1).await.unwrap_err();
+    assert!(err.is::<Overloaded>(), "the trial was shed: {err}");
+    assert!(handle.poll_request().is_pending(), "the trial was not sent");
+    assert_eq!(
+        breaker.state(),
+        State::HalfOpen,
+        "a trial never sent decides nothing"
+    );
+
+    respond.send_response(0);
+    assert_eq!(held.await.unwrap().unwrap(), 0);
+    let trial = tokio::spawn(svc.clone().oneshot(2));
+    let (req, respond) = handle.next_request().await.expect("the trial came back");
+    assert_eq!(req, 2);
+    respond.send_response(20);
+    assert_eq!(trial.await.unwrap().unwrap(), 20);
+    assert_eq!(breaker.state(), State::Closed);
 }

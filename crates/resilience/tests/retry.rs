@@ -415,6 +415,46 @@ async fn http_honours_retry_after_capped_by_the_time_left() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn http_repeats_only_requests_that_are_safe_to_repeat() {
+    let request = |method: http::Method, key: Option<&str>| {
+        let mut b = http::Request::builder().method(method).uri("/orders");
+        if let Some(key) = key {
+            b = b.header("Idempotency-Key", key);
+        }
+        b.body(String::from("{}")).unwrap()
+    };
+    for (req, attempts) in [
+        (request(http::Method::POST, None), 1),
+        (request(http::Method::POST, Some("k-1")), 3),
+        (request(http::Method::GET, None), 3),
+        (request(http::Method::HEAD, None), 3),
+        (request(http::Method::OPTIONS, None), 3),
+        (request(http::Method::PUT, None), 3),
+        (request(http::Method::DELETE, None), 3),
+        (request(http::Method::PATCH, None), 1),
+        (request(http::Method::PATCH, Some("k-2")), 1),
+        (request(http::Method::CONNECT, None), 1),
+        (
+            request(http::Method::from_bytes(b"PURGE").unwrap(), None),
+            1,
+        ),
+    ] {
+        let what = format!(
+            "{} {:?}",
+            req.method(),
+            req.headers().get("idempotency-key")
+        );
+        let (dep, arrivals) = http_dep(vec![(503, None)]);
+        let resp = http_stack(dep, Duration::from_secs(30))
+            .oneshot(req)
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 503, "{what}");
+        assert_eq!(arrivals.lock().expect("lock").len(), attempts, "{what}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn http_does_not_retry_a_timed_out_attempt() {
     let calls = Arc::new(AtomicU32::new(0));
     let seen = calls.clone();

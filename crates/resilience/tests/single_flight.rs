@@ -1,5 +1,6 @@
 //! Single flight: one fetch per key, detached, shared by every waiter.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -114,4 +115,22 @@ async fn the_error_reaches_every_waiter_and_the_fetch_has_its_own_timeout() {
     assert_eq!(b.wait(None).await, Err(FlightError::FetchTimedOut));
     assert_eq!(start.elapsed(), Duration::from_secs(1));
     assert_eq!(flights.in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fetch_that_panics_when_started_leaves_no_flight_behind() {
+    let flights = Flights::new(Duration::from_secs(5));
+    let caught = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        flights.join("sku-1", || -> std::future::Ready<Result<u32, String>> {
+            panic!("the fetch could not be built")
+        })
+    }));
+    assert!(caught.is_err(), "the panic reaches the caller");
+    assert_eq!(flights.in_flight(), 0, "no flight left behind");
+
+    // The next caller for the key starts a fetch of its own.
+    let again = flights
+        .get_or_fetch("sku-1", None, || async { Ok(7) })
+        .await;
+    assert_eq!(again, Ok(7));
 }

@@ -144,7 +144,8 @@ where
                 Ok(permit) => {
                     let response = inner.oneshot(req).await;
                     match &response {
-                        Ok(r) => permit.answered(r.status()),
+                        // With the headers: a gRPC refusal is an HTTP 200.
+                        Ok(r) => permit.answered_head(r.status(), r.headers()),
                         Err(_) => permit.complete(),
                     }
                     response
