@@ -405,6 +405,14 @@ mod tests {
     }
 
     #[test]
+    fn standard_methods_are_named_and_made_up_ones_are_other() {
+        assert_eq!(super::method_label(&http::Method::PATCH), "PATCH");
+        assert_eq!(super::method_label(&http::Method::GET), "GET");
+        let made_up = http::Method::from_bytes(b"FOO1").unwrap();
+        assert_eq!(super::method_label(&made_up), super::OTHER_METHOD);
+    }
+
+    #[test]
     fn series_registered_at_zero_render_before_any_event() {
         let handle = super::prometheus();
         super::register_at_zero(
@@ -524,6 +532,35 @@ pub fn register_http_routes(
     }
 }
 
+/// The label of a method outside RFC 9110's set (OpenTelemetry's HTTP
+/// conventions' name for it).
+pub const OTHER_METHOD: &str = "_OTHER";
+
+/// The method as a bounded label (metric labels, span fields): its name if
+/// it is one of RFC 9110's (§9: GET HEAD POST PUT DELETE CONNECT OPTIONS
+/// TRACE) or PATCH (RFC 5789), [`OTHER_METHOD`] otherwise.
+///
+/// Why: a method is a token any client may make up (`FOO1`, `FOO2`, …).
+/// Labelled as sent, each made-up method would add a counter and a
+/// histogram series that live as long as the process: a client could grow
+/// the metrics without bound. Every listener labels through this one
+/// function, so the services and the gateway bound it alike.
+pub fn method_label(method: &http::Method) -> &'static str {
+    use http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::CONNECT => "CONNECT",
+        Method::OPTIONS => "OPTIONS",
+        Method::TRACE => "TRACE",
+        Method::PATCH => "PATCH",
+        _ => OTHER_METHOD,
+    }
+}
+
 /// The request counter of [`observe_http`].
 pub const HTTP_REQUESTS_TOTAL: &str = "shopeasy_http_server_requests_total";
 /// The request-duration histogram of [`observe_http`].
@@ -578,6 +615,8 @@ pub fn inject_current(headers: &mut http::HeaderMap) {
 /// is the caller's `traceparent`, and the request metrics
 /// `shopeasy_http_server_requests_total{service,route,method,status}` and
 /// `shopeasy_http_server_request_duration_seconds{service,route,method,status}`.
+/// `method` is [`method_label`]'s (a made-up method is `_OTHER`), so no
+/// client can add series by inventing methods.
 ///
 /// ```ignore
 /// router.layer(axum::middleware::from_fn_with_state("shopeasy-product", telemetry::observe_http))
@@ -592,12 +631,12 @@ pub async fn observe_http(
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method());
     let span = tracing::info_span!(
         "http.server",
         otel.kind = "server",
         service,
-        http.request.method = %method,
+        http.request.method = method,
         http.route = %route,
         http.response.status_code = tracing::field::Empty,
         deadline_left_ms = tracing::field::Empty,
@@ -617,7 +656,7 @@ pub async fn observe_http(
     let labels = [
         ("service", service.to_owned()),
         ("route", route),
-        ("method", method),
+        ("method", method.to_owned()),
         ("status", status),
     ];
     metrics::counter!(HTTP_REQUESTS_TOTAL, &labels).increment(1);
