@@ -39,13 +39,15 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
         return;
     }
-    // An empty Vec does not allocate: the common case costs nothing.
+    // An empty Vec does not allocate: the common case costs nothing. The
+    // raw bytes are split, not the value as text: one byte that is not
+    // UTF-8 (`obs-text`, which a value may carry) must not hide the names
+    // next to it, or a header meant for this hop only would be forwarded.
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim_ascii()).ok())
         .collect();
     for name in named {
         headers.remove(name);
@@ -161,6 +163,18 @@ mod tests {
         strip_hop_by_hop(&mut h);
         let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
         assert_eq!(left, ["traceparent", "accept"]);
+    }
+
+    #[test]
+    fn names_beside_a_byte_that_is_not_utf8_are_still_removed() {
+        let mut h = map(&[("x-internal", "1"), ("accept", "application/json")]);
+        h.append(
+            header::CONNECTION,
+            HeaderValue::from_bytes(b"x-internal, \xff").unwrap(),
+        );
+        strip_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["accept"]);
     }
 
     #[test]

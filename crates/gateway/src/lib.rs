@@ -44,6 +44,7 @@ mod retry;
 mod routes;
 mod server;
 pub mod settings;
+mod stall;
 mod storefront;
 mod upstream;
 
@@ -89,6 +90,7 @@ impl Service for App {
             proxy,
             listening: server::Listening {
                 header_timeout: settings.resilience.gateway.activity_timeout_seconds.get(),
+                write_stall: settings.resilience.gateway.activity_timeout_seconds.get(),
                 max_buf: server::read_buffer(settings.limits.max_header_bytes),
                 max_connections: settings.limits.max_connections,
             },

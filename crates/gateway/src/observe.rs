@@ -16,13 +16,12 @@ use std::sync::OnceLock;
 use http::{Method, StatusCode};
 use metrics::{Counter, Histogram, Label};
 use shopeasy_resilience::decide::Refusal;
+use shopeasy_runtime::telemetry;
 use tokio::time::Instant;
 
 const REQUESTS_TOTAL: &str = "shopeasy_gateway_requests_total";
 const REQUEST_DURATION: &str = "shopeasy_gateway_request_duration_seconds";
 const ATTEMPT_DURATION: &str = "shopeasy_downstream_request_duration_seconds";
-/// The label of a method outside RFC 9110's set.
-pub(crate) const OTHER_METHOD: &str = "_OTHER";
 /// The `outcome` of a response forwarded in full.
 pub(crate) const FORWARDED: &str = "forwarded";
 /// The `outcome` of an attempt that got response headers.
@@ -52,27 +51,11 @@ pub(crate) fn request(
 /// Whether `method` is one of RFC 9110's (§9): GET HEAD POST PUT DELETE
 /// CONNECT OPTIONS TRACE, plus PATCH (RFC 5789). Anything else is answered
 /// 405 at the gateway and never forwarded, so a method made up per request
-/// can add neither a metric series here nor one behind the gateway.
+/// can add neither a metric series here nor one behind the gateway. The
+/// set is the runtime's [`telemetry::method_label`], which the services'
+/// own metrics label with too.
 pub(crate) fn is_standard_method(method: &Method) -> bool {
-    method_label(method) != OTHER_METHOD
-}
-
-/// The method as a bounded label (span fields, any future metric label):
-/// its name if standard, `_OTHER` otherwise (as OpenTelemetry's HTTP
-/// conventions say).
-pub(crate) fn method_label(method: &Method) -> &'static str {
-    match *method {
-        Method::GET => "GET",
-        Method::HEAD => "HEAD",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        Method::CONNECT => "CONNECT",
-        Method::OPTIONS => "OPTIONS",
-        Method::TRACE => "TRACE",
-        Method::PATCH => "PATCH",
-        _ => OTHER_METHOD,
-    }
+    telemetry::method_label(method) != telemetry::OTHER_METHOD
 }
 
 /// A `shopeasy_gateway_retries_total` outcome.

@@ -267,7 +267,7 @@ impl Shared {
             }
             Err(error) => return fail("unmatched", error, started),
         };
-        let span = request_span(lane.name, observe::method_label(request.method()));
+        let span = request_span(lane.name, telemetry::method_label(request.method()));
         // With no subscriber interested (the usual `warn` level), skip the
         // trace-context work altogether: there is no span to parent or send.
         let traced = !span.is_disabled();
@@ -334,8 +334,11 @@ impl Shared {
             .admit(lane, connection.client, &parts, deadline)
             .await?;
         let has_body = admitted.has_body;
-        let replay = Replay::of(&parts.method, &parts.headers, has_body);
         prepare_head(&mut parts, connection.forwarded_for.clone(), traced);
+        // Classified on the head as the service gets it: an
+        // `Idempotency-Key` named in `Connection` is stripped above, and a
+        // POST sent without its key must never be sent twice.
+        let replay = Replay::of(&parts.method, &parts.headers, has_body);
         let exchange = Exchange::new(self.activity_timeout, started + self.body_timeout);
         let body = self
             .request_body(body, replay, has_body, &exchange, deadline)

@@ -21,6 +21,11 @@
 //! nothing better than the backlog does. The open count is the gauge
 //! `shopeasy_gateway_open_connections`.
 //!
+//! **A client that stops reading.** Each connection's socket is a
+//! [`WriteStall`]: a write to the client pending for the activity timeout
+//! ends the connection, so a caller that never reads its answer cannot hold
+//! a route slot and an upstream connection (hyper has no write timeout).
+//!
 //! **The head buffer.** hyper's read buffer (`max_buf_size`) is set just
 //! above `limits.max_header_bytes` (hyper's floor is 8 KiB): a head that
 //! fits is checked against the cap with a problem+json 431; one that does
@@ -42,6 +47,7 @@ use crate::{
     framing::{FramingWatch, Sniffed},
     proxy::Proxy,
     ratelimit::ClientKey,
+    stall::WriteStall,
 };
 
 /// The gauge of open client connections.
@@ -84,6 +90,8 @@ pub(crate) fn read_buffer(max_header_bytes: u64) -> usize {
 pub(crate) struct Listening {
     /// hyper's header read timeout.
     pub(crate) header_timeout: Duration,
+    /// How long a write to the client may stay pending ([`WriteStall`]).
+    pub(crate) write_stall: Duration,
     /// hyper's read buffer ([`read_buffer`]).
     pub(crate) max_buf: usize,
     /// Open client connections at most.
@@ -133,7 +141,10 @@ pub(crate) async fn serve(
         let service = service_fn(move |request: http::Request<Incoming>| {
             proxy.serve(connection.clone(), request)
         });
-        let io = TokioIo::new(Sniffed::new(stream, framing));
+        let io = TokioIo::new(Sniffed::new(
+            WriteStall::new(stream, listening.write_stall),
+            framing,
+        ));
         let conn = graceful.watch(http.serve_connection(io, service));
         open.increment(1.0);
         let open = open.clone();

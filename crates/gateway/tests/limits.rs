@@ -289,6 +289,60 @@ async fn a_body_trickled_within_the_activity_interval_ends_at_the_body_deadline_
     );
 }
 
+/// A service answering one request with a body far larger than any socket
+/// buffer, written until the gateway stops taking it; sends how many bytes
+/// it wrote when a write fails (the gateway dropped the exchange).
+async fn endless_answer() -> (SocketAddr, tokio::sync::oneshot::Receiver<usize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (gone, dropped) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        read_message(&mut stream).await.unwrap();
+        const TOTAL: usize = 1 << 30;
+        let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {TOTAL}\r\n\r\n");
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let chunk = vec![b'x'; 64 * 1024];
+        let mut written = 0;
+        while written < TOTAL && stream.write_all(&chunk).await.is_ok() {
+            written += chunk.len();
+        }
+        let _ = gone.send(written);
+    });
+    (addr, dropped)
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_is_cut_off_after_the_activity_timeout() {
+    // The response body is only polled while the client takes it: without a
+    // write timeout a caller that never reads would hold its route slot and
+    // the upstream connection for ever.
+    let (service, dropped) = endless_answer().await;
+    let gw = gateway(settings(service, service)).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut client = socket.connect(gw.addr).await.unwrap();
+    client.write_all(GET).await.unwrap();
+    let started = Instant::now();
+    // Activity 1 s: the exchange is dropped about then, and the service's
+    // next write fails.
+    let written = timeout(Duration::from_secs(10), dropped)
+        .await
+        .expect("the gateway gave up on a client that reads nothing")
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "not before the activity timeout: {:?}",
+        started.elapsed()
+    );
+    assert!(written < 1 << 30, "the answer was not taken in full");
+    // The client finds its connection ended, with a fraction of the body.
+    let mut received = Vec::new();
+    let read = timeout(Duration::from_secs(5), client.read_to_end(&mut received)).await;
+    assert!(read.is_ok(), "the connection was closed, not left open");
+    assert!(received.len() < 1 << 30, "got {} bytes", received.len());
+}
+
 #[tokio::test]
 async fn a_thousand_made_up_methods_add_at_most_one_metric_series() {
     let fake = Fake::start(Duration::ZERO, false).await;

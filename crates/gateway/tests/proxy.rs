@@ -290,6 +290,33 @@ async fn a_refusal_of_the_retry_of_a_keyed_post_does_not_speak_for_the_first_att
 }
 
 #[tokio::test]
+async fn a_post_whose_key_is_named_in_connection_is_sent_without_it_and_never_repeated() {
+    // `Connection` makes the key hop-by-hop: the gateway drops it, so what
+    // reaches the service is a plain POST, which must not be re-sent.
+    let fake = breaks_first_request().await;
+    let gw = gateway(settings(fake.addr)).await;
+    let body = r#"{"customer_id":"c","items":[]}"#;
+    let request = format!(
+        "POST /api/orders HTTP/1.1\r\nhost: shop\r\nidempotency-key: k\r\n\
+         connection: close, idempotency-key\r\nauthorization: {}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        support::bearer("alice"),
+        body.len()
+    );
+    let answer = raw(gw.addr, request.as_bytes(), Duration::from_secs(5)).await;
+    assert_eq!(fake.seen.arrivals(), 1, "the unkeyed POST was repeated");
+    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("proxy-status: shopeasy-gateway; error=connection_terminated"),
+        "{answer}"
+    );
+    let head = fake.seen.heads.lock().unwrap()[0].clone();
+    assert_eq!(header(&head, "idempotency-key"), None, "{head}");
+}
+
+#[tokio::test]
 async fn a_503_is_passed_through_byte_for_byte_and_not_retried() {
     const BODY: &str = r#"{"type":"urn:shopeasy:problem:unavailable","status":503}"#;
     let fake = Fake::start(|_a: Arrival, mut stream: TcpStream| async move {
