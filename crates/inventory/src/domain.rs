@@ -147,6 +147,10 @@ impl Reservation {
                 "lines",
                 format!("at most {MAX_LINES} lines, got {}", raw.len()),
             ));
+            // Nothing more is looked at: a violation per line of a request
+            // that is refused anyway would let one call build an error
+            // (and a `grpc-message`) as large as it likes.
+            return Err(violations);
         }
         let mut seen = BTreeMap::new();
         let mut parsed = Vec::with_capacity(raw.len());
@@ -284,6 +288,18 @@ mod tests {
             fields(Reservation::parse(R, [(P1, 1), (P2, -1)])),
             ["lines[1].quantity"]
         );
+    }
+
+    #[test]
+    fn too_many_lines_is_one_violation_however_bad_the_lines() {
+        // 10,000 bad lines would otherwise be 20,000 violations.
+        let bad = vec![("x", 0); 10_000];
+        let err = Reservation::parse("", bad).unwrap_err();
+        assert_eq!(
+            err.iter().map(|v| v.field.as_str()).collect::<Vec<_>>(),
+            ["reservation_id", "lines"]
+        );
+        assert!(err[1].description.contains("got 10000"), "{}", err[1]);
     }
 
     #[test]

@@ -75,6 +75,12 @@ pub fn migrator() -> sqlx::migrate::Migrator {
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// How long a keep-alive ping may go unanswered before the connection closes.
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The largest request message Inventory decodes. Its largest valid one, a
+/// reservation of [`domain::MAX_LINES`] lines, is about 3 KiB; tonic's
+/// default of 4 MiB would let one call make the server decode (and
+/// validate) a million lines. Larger messages are refused `OUT_OF_RANGE`
+/// from their length prefix, before their bytes are read.
+const MAX_REQUEST_BYTES: usize = 64 * 1024;
 
 /// The Inventory service, built, ready to be bound and run by
 /// `shopeasy_runtime::lifecycle`.
@@ -169,7 +175,9 @@ impl Service for App {
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
-            .add_service(InventoryServiceServer::new(self.api));
+            .add_service(
+                InventoryServiceServer::new(self.api).max_decoding_message_size(MAX_REQUEST_BYTES),
+            );
         let incoming = TcpIncoming::from(public).with_nodelay(Some(true));
         let served = router
             .serve_with_incoming_shutdown(incoming, async move { shutdown.cancelled().await })

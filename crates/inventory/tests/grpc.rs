@@ -332,6 +332,21 @@ async fn validation_errors_name_the_field() {
         .await
         .unwrap_err();
     assert_eq!(fields(&err), ["lines"]);
+    // Many bad lines: still the one `lines` violation, not one per line.
+    let bad = vec![("x", 0); 5_000];
+    let err = client
+        .reserve_stock(reserve(&product(), &bad))
+        .await
+        .unwrap_err();
+    assert_eq!(fields(&err), ["lines"]);
+    // A message over the 64 KiB the server decodes is refused from its
+    // length, before it is read or validated.
+    let huge = vec![("x", 0); 20_000];
+    let err = client
+        .reserve_stock(reserve(&product(), &huge))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
 
     let err = client.release_stock(release("123")).await.unwrap_err();
     assert_eq!(fields(&err), ["reservation_id"]);
@@ -655,6 +670,53 @@ async fn health_and_reflection_answer() {
         Metrics::parse(&metrics).has(
             "shopeasy_grpc_server_request_duration_seconds_count",
             &[("method", "grpc.health.v1.Health/Check"), ("code", "Ok")]
+        ),
+        "{metrics}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn made_up_methods_of_a_known_service_share_the_unknown_label() {
+    let db = database().await;
+    let server = start(settings(db.url())).await;
+    let channel = server.channel().await;
+    // Raw calls: no generated client has these methods.
+    for name in ["x1", "x2", "x3"] {
+        let request =
+            http::Request::post(format!("/shopeasy.inventory.v1.InventoryService/{name}"))
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(tonic::body::Body::empty())
+                .unwrap();
+        let response = tower::ServiceExt::oneshot(channel.clone(), request)
+            .await
+            .unwrap();
+        assert_eq!(
+            response.headers()["grpc-status"],
+            "12",
+            "{name}: UNIMPLEMENTED"
+        );
+    }
+
+    let (_, metrics) = server.admin_get("/metrics").await;
+    assert!(
+        !metrics.contains("InventoryService/x"),
+        "a made-up method is a label:\n{metrics}"
+    );
+    let page = Metrics::parse(&metrics);
+    let unknown = [("method", "unknown"), ("code", "Unimplemented")];
+    // One series for all three (the recorder is the process's: other tests
+    // may add to it, never a series of their own).
+    assert!(
+        page.get("shopeasy_grpc_server_requests_total", &unknown)
+            .is_some_and(|n| n >= 3.0),
+        "{metrics}"
+    );
+    assert!(
+        page.has(
+            "shopeasy_grpc_server_request_duration_seconds_count",
+            &unknown
         ),
         "{metrics}"
     );

@@ -6,8 +6,11 @@
 //! - `shopeasy_grpc_server_request_duration_seconds{method,code}`;
 //! - a `grpc.server` span whose parent is the caller's `traceparent`.
 //!
-//! `method` is `package.Service/Method` for the services this server has
-//! (anything else is `unknown`, so a client cannot grow the label set);
+//! `method` is `package.Service/Method` for the methods this server has;
+//! anything else is `unknown`, so a client cannot grow the label set: a
+//! path outside the services below, and any call answered `Unimplemented`
+//! (a made-up method of a known service, `/…InventoryService/x1`, `/x2`, …,
+//! has a known prefix; the code is what says the method does not exist);
 //! `code` is the status code's name as gRPC libraries print it (`Ok`,
 //! `InvalidArgument`, `DeadlineExceeded`, …). A unary error comes back in the
 //! response headers (trailers-only); a response without `grpc-status` in its
@@ -97,6 +100,12 @@ where
                 Err(_) => tonic::Code::Unknown,
             };
             span.record("rpc.grpc.status_code", code as i32);
+            // A method this server does not have: its path is the client's.
+            let method = if code == tonic::Code::Unimplemented {
+                "unknown".to_owned()
+            } else {
+                method
+            };
             let labels = [("method", method), ("code", format!("{code:?}"))];
             metrics::counter!("shopeasy_grpc_server_requests_total", &labels).increment(1);
             metrics::histogram!("shopeasy_grpc_server_request_duration_seconds", &labels)
