@@ -101,8 +101,9 @@ pub enum Attempt {
 /// Inventory's answer to the outbox worker's reservation, once recorded.
 #[derive(Debug)]
 enum Reservation {
-    /// Reserved: the order is `confirmed` (or stays `cancelled`, with a
-    /// `release` row, if it was cancelled meanwhile).
+    /// Reserved: the order is `confirmed` (or stays `cancelled` or
+    /// `rejected`, with a `release` row, if it was cancelled meanwhile or
+    /// an overlapping attempt was refused).
     Confirmed,
     /// Refused for shortages: the order is `rejected`.
     Rejected,
@@ -446,8 +447,9 @@ impl Orders {
                 {
                     outcome
                 } else {
-                    // Cancelled meanwhile, or recorded by the worker first:
-                    // answer what is stored.
+                    // Cancelled meanwhile (or rejected by an overlapping
+                    // attempt: the stock is released), or recorded by the
+                    // worker first: answer what is stored.
                     self.answer_stored(id, key).await
                 }
             }
@@ -734,8 +736,9 @@ impl Orders {
     }
 
     /// Does one claimed outbox task (the worker's unit of work): reserve
-    /// for a `pending` order, or release for a cancelled one. Failures are
-    /// scheduled again with jittered exponential backoff.
+    /// for a `pending` order, or release for a cancelled one (or a rejected
+    /// one whose stock a late attempt reserved). Failures are scheduled
+    /// again with jittered exponential backoff.
     ///
     /// # Errors
     /// Database failures (the task's lease then runs out and it is retried).

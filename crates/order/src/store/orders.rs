@@ -256,8 +256,10 @@ impl Store {
 
     /// Records Inventory's answer to the order's reservation, and removes
     /// its `reserve` row: a `pending` order becomes `confirmed` (reserved)
-    /// or `rejected` (`shortages` given). An order cancelled meanwhile whose
-    /// stock was just reserved gets a `release` row, so nothing stays held.
+    /// or `rejected` (`shortages` given). An order no longer `pending` whose
+    /// stock was just reserved anyway — cancelled meanwhile, or rejected by
+    /// an overlapping attempt of the same reservation that Inventory
+    /// refused — gets a `release` row, so nothing stays held.
     /// Returns the order's status afterwards. (The outbox worker's record;
     /// a request records with [`Store::finish_reservation`].)
     ///
@@ -317,8 +319,10 @@ impl Store {
     /// Cancels an order: `pending` or `confirmed` becomes `cancelled`, its
     /// `reserve` row is dropped and a `release` row (leased to the caller
     /// until `lease_until`) is written, in one transaction. Cancelling a
-    /// cancelled order changes nothing. Returns the `release` task to run
-    /// now, if one was written.
+    /// cancelled order changes nothing. The order's row is locked from the
+    /// first read, so a reservation's answer committed meanwhile is never
+    /// overwritten: a rejection that wins is answered as if read first.
+    /// Returns the `release` task to run now, if one was written.
     ///
     /// # Errors
     /// [`StoreError::NotFound`]; [`StoreError::Conflict`] for a rejected
@@ -330,7 +334,21 @@ impl Store {
         lease_until: i64,
     ) -> Result<Option<Task>, StoreError> {
         let mut tx = self.db.begin_write().await?;
-        let status = status_of(&mut tx, id).await?.ok_or(StoreError::NotFound)?;
+        // The status is read with the row locked (Postgres; SQLite's
+        // `BEGIN IMMEDIATE` already excludes every other writer), so the
+        // update below writes over the status it read: a rejection or
+        // confirmation committing meanwhile is waited for and read, never
+        // overwritten (under read committed a plain read would not stop it).
+        let status = read_status(
+            &mut tx,
+            id,
+            self.db.pick(
+                "SELECT status FROM orders WHERE id = $1 FOR UPDATE",
+                "SELECT status FROM orders WHERE id = $1",
+            ),
+        )
+        .await?
+        .ok_or(StoreError::NotFound)?;
         let task = match status {
             OrderStatus::Rejected => return Err(StoreError::Conflict),
             OrderStatus::Cancelled => None,
@@ -407,7 +425,16 @@ async fn finish(
     } else {
         status_of(tx, id).await?.ok_or(StoreError::NotFound)?
     };
-    if !changed && rejected.is_none() && status == OrderStatus::Cancelled {
+    // Stock was just reserved for an order that is no longer waiting for
+    // it: cancelled meanwhile, or rejected by another attempt of the same
+    // reservation (Inventory keeps no record of a refused one, so a
+    // request's attempt and the worker's, overlapping once the key's lock
+    // and the row's lease ran out, can be refused and then succeed). Either
+    // way nothing else will release it: a `release` row does.
+    if !changed
+        && rejected.is_none()
+        && matches!(status, OrderStatus::Cancelled | OrderStatus::Rejected)
+    {
         enqueue(tx, id, Action::Release, now, FirstTry::Worker { at: now }).await?;
     }
     let key_finished = match key {
@@ -689,8 +716,10 @@ async fn create_in_one_statement(
 /// the key row only while `lock_token` is still the holder's (a takeover
 /// committed meanwhile is seen once the lock is granted, as Postgres
 /// re-checks a locked row), and nothing is written unless it did. When
-/// nothing changed, `None`: the caller's transaction writes nothing
-/// either and says why (another status, or [`StoreError::LockLost`]).
+/// nothing changed, `None`: the caller's transaction changes no status
+/// either and says why (another status — with a `release` row when stock
+/// was reserved for an order cancelled or rejected meanwhile — or
+/// [`StoreError::LockLost`]).
 async fn finish_in_one_statement(
     db: &Database,
     id: Uuid,
@@ -764,11 +793,22 @@ async fn finish_in_one_statement(
     }
 }
 
+/// The order's status (read without a lock).
 pub(super) async fn status_of(
     tx: &mut AnyConnection,
     id: Uuid,
 ) -> Result<Option<OrderStatus>, StoreError> {
-    let status: Option<String> = sqlx::query("SELECT status FROM orders WHERE id = $1")
+    read_status(tx, id, "SELECT status FROM orders WHERE id = $1").await
+}
+
+/// The order's status as `sql` reads it: one `status` column of the order
+/// whose id is `$1` (with or without a row lock).
+async fn read_status(
+    tx: &mut AnyConnection,
+    id: Uuid,
+    sql: &'static str,
+) -> Result<Option<OrderStatus>, StoreError> {
+    let status: Option<String> = sqlx::query(sql)
         .bind(id.to_string())
         .fetch_optional(&mut *tx)
         .await?

@@ -518,3 +518,218 @@ async fn an_orderless_key_is_replaced_and_a_late_answer_to_a_cancelled_order_is_
         app.stop().await;
     }
 }
+
+/// One reservation refused in one attempt and granted in another: Inventory
+/// keeps no record of a refusal, so once a request's key lock and its
+/// row's lease have run out, its attempt and the worker's can overlap, one
+/// refused (the order `rejected`) and the other reserving later. The order
+/// stays `rejected` and the late reservation gets a `release` row,
+/// whichever attempt recorded the refusal — the request's (keyed) or the
+/// worker's.
+#[tokio::test]
+async fn a_late_reservation_of_a_rejected_order_is_released() {
+    for db in all_backends().await {
+        let shop = Shop::new(&[10]).await;
+        let app = TestApp::spawn(shop.settings(db.url())).await;
+        let store = app.orders.store();
+        let now = now_ms();
+        // Recorded a minute ahead: a `release` row written then is due
+        // then, so the app's worker leaves it in the outbox for the test.
+        let later = now + 60_000;
+        let short = [Shortage {
+            product_id: Uuid::now_v7(),
+            requested: 2,
+            available: 1,
+        }];
+        let response = |body: &str| StoredResponse {
+            status: 201,
+            headers: Vec::new(),
+            body: body.into(),
+        };
+        for refused_by_request in [true, false] {
+            let customer = format!("c-late-{refused_by_request}");
+            let order = Order {
+                id: Uuid::now_v7(),
+                customer_id: customer.clone(),
+                status: OrderStatus::Pending,
+                items: Vec::new(),
+                total_cents: 0,
+                created_at: now,
+                updated_at: now,
+            };
+            let hold = KeyHold::new(&customer, "key-late");
+            created(
+                store,
+                &order,
+                Some(&NewKey {
+                    hold: &hold,
+                    fingerprint: "f",
+                    now,
+                    lock_until: now + 60_000,
+                }),
+            )
+            .await;
+            let (refused, granted) = if refused_by_request {
+                // The request's attempt was refused and recorded; the
+                // worker's succeeds late.
+                let refused = store
+                    .finish_reservation(
+                        order.id,
+                        Some(&short),
+                        later,
+                        Some((&hold, &response("refused"))),
+                    )
+                    .await
+                    .unwrap();
+                let granted = store
+                    .finish_reservation(order.id, None, later, None)
+                    .await
+                    .unwrap();
+                (refused, granted)
+            } else {
+                // The worker's attempt was refused and recorded; the
+                // request's succeeds late.
+                let refused = store
+                    .finish_reservation(order.id, Some(&short), later, None)
+                    .await
+                    .unwrap();
+                let granted = store
+                    .finish_reservation(order.id, None, later, Some((&hold, &response("granted"))))
+                    .await
+                    .unwrap();
+                (refused, granted)
+            };
+            let case = format!("{} ({customer})", db.name());
+            assert_eq!(refused.status, OrderStatus::Rejected, "{case}");
+            assert_eq!(refused.key_finished, refused_by_request, "{case}");
+            assert_eq!(
+                (granted.status, granted.key_finished),
+                (OrderStatus::Rejected, false),
+                "{case}: the order stays rejected, the key's answer unchanged"
+            );
+            assert_eq!(
+                store.order(order.id).await.unwrap().unwrap().status,
+                OrderStatus::Rejected,
+                "{case}"
+            );
+            assert_eq!(
+                store.shortages(order.id).await.unwrap(),
+                short.to_vec(),
+                "{case}: the refusal's shortages kept"
+            );
+            assert!(
+                store
+                    .task(order.id, Action::Release)
+                    .await
+                    .unwrap()
+                    .is_some(),
+                "{case}: the late reservation is released"
+            );
+            assert_eq!(
+                store.task(order.id, Action::Reserve).await.unwrap(),
+                None,
+                "{case}"
+            );
+        }
+        app.stop().await;
+    }
+}
+
+/// A cancel racing the reservation's rejection: the rejection commits
+/// while the cancel is under way. On Postgres the test holds the
+/// rejection's transaction open until the cancel waits on the order's row,
+/// then commits: with a plain read the cancel had already read `pending`
+/// and, under read committed, its update overwrote the rejection. The
+/// rejection stands and the cancel answers as for a rejected order. On
+/// SQLite (one writer) the cancel waits for the transaction to begin at
+/// all: the same answer, checked on both.
+#[tokio::test]
+async fn a_cancel_never_overwrites_a_rejection_committed_meanwhile() {
+    for db in all_backends().await {
+        let shop = Shop::new(&[10]).await;
+        let app = TestApp::spawn(shop.settings(db.url())).await;
+        let store = app.orders.store();
+        let raw = shopeasy_runtime::db::Database::connect_lazy(
+            db.url(),
+            &shopeasy_runtime::settings::common::PoolSettings::default(),
+        )
+        .unwrap();
+        let now = now_ms();
+        let order = Order {
+            id: Uuid::now_v7(),
+            customer_id: "c-race".into(),
+            status: OrderStatus::Pending,
+            items: Vec::new(),
+            total_cents: 0,
+            created_at: now,
+            updated_at: now,
+        };
+        created(store, &order, None).await;
+        let id = order.id;
+        // The reservation's rejection, written but not committed: it holds
+        // the order's row (on SQLite, the one write lock).
+        let mut rejection = raw.begin_write().await.unwrap();
+        let rejected = sqlx::query(
+            "UPDATE orders SET status = 'rejected', updated_at = $2 \
+             WHERE id = $1 AND status = 'pending'",
+        )
+        .bind(id.to_string())
+        .bind(now + 1)
+        .execute(&mut *rejection)
+        .await
+        .unwrap()
+        .rows_affected();
+        assert_eq!(rejected, 1, "{}", db.name());
+        let cancel = tokio::spawn({
+            let store = store.clone();
+            async move { store.cancel(id, now + 2, now + 60_000).await }
+        });
+        if db.is_postgres() {
+            // Commit only once the cancel waits on the row: it has begun,
+            // and a plain read has already seen `pending`.
+            let waiting = eventually(Duration::from_secs(5), || async {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                     AND wait_event_type = 'Lock' AND query LIKE '%orders%'",
+                )
+                .fetch_one(raw.pool())
+                .await
+                .unwrap();
+                n > 0
+            })
+            .await;
+            assert!(
+                waiting,
+                "{}: the cancel never waited on the order's row",
+                db.name()
+            );
+        } else {
+            // Let the cancel start waiting for the write lock.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        rejection.commit().await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(10), cancel)
+            .await
+            .expect("the cancel answered")
+            .unwrap();
+        assert!(
+            matches!(answer, Err(StoreError::Conflict)),
+            "{}: not cancellable, as if the rejection had been read first: {answer:?}",
+            db.name()
+        );
+        assert_eq!(
+            store.order(id).await.unwrap().unwrap().status,
+            OrderStatus::Rejected,
+            "{}: the rejection stands",
+            db.name()
+        );
+        assert_eq!(
+            store.task(id, Action::Release).await.unwrap(),
+            None,
+            "{}: nothing to release",
+            db.name()
+        );
+        app.stop().await;
+    }
+}
