@@ -39,9 +39,10 @@ const OLDEST_PENDING: &str = "shopeasy_outbox_oldest_pending_age_seconds";
 pub const METRICS: [&str; 4] = [ATTEMPTS, RETRIES, BACKLOG, OLDEST_PENDING];
 
 /// Numbers a cache reports beside its counts.
-const NOT_COUNTS: [&str; 7] = [
+const NOT_COUNTS: [&str; 8] = [
     "entries",
     "capacity",
+    "bytes",
     "refreshing",
     "ttl_seconds",
     "max_staleness_seconds",

@@ -31,8 +31,13 @@ pub enum Error {
 }
 
 impl From<sqlx::Error> for Error {
+    /// Transient, or cancelled by `statement_timeout` → [`Error::Unavailable`]
+    /// (503: a database too slow to answer now is worth retrying later, as
+    /// order maps it); a duplicate SKU → [`Error::DuplicateSku`]; anything
+    /// else → [`Error::Internal`].
     fn from(e: sqlx::Error) -> Self {
-        if shopeasy_runtime::db::is_transient(&e) {
+        if shopeasy_runtime::db::is_statement_timeout(&e) || shopeasy_runtime::db::is_transient(&e)
+        {
             return Self::Unavailable(Arc::new(e));
         }
         match &e {

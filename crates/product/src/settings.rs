@@ -67,6 +67,10 @@ pub struct CacheSettings {
     pub key_prefix: String,
     /// Most entries of the in-process cache.
     pub local_capacity: u32,
+    /// Most bytes of values in the in-process cache: clients choose page
+    /// keys, and a page of 100 products can be large, so entries alone do
+    /// not bound its memory.
+    pub local_max_bytes: u64,
 }
 
 impl Default for CacheSettings {
@@ -77,6 +81,7 @@ impl Default for CacheSettings {
             redis: RedisGuardSettings::default(),
             key_prefix: "shopeasy:product:".into(),
             local_capacity: 10_000,
+            local_max_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -99,6 +104,11 @@ impl Settings for ProductSettings {
             "cache.local_capacity",
             self.cache.local_capacity,
             1..=10_000_000,
+        );
+        v.number(
+            "cache.local_max_bytes",
+            self.cache.local_max_bytes,
+            1024..=1_073_741_824,
         );
         if self.cache.key_prefix.len() > 100 {
             v.fail(

@@ -19,9 +19,9 @@
 //! succeeded.
 //!
 //! **Bounded, because clients choose the page keys** (a cursor, a limit):
-//! the in-process backend is an LRU of `cache.local_capacity` entries
-//! (a flood of made-up keys evicts the coldest entries, never grows the
-//! process); the Redis backend stores products and first pages only
+//! the in-process backend is an LRU of at most `cache.local_capacity`
+//! entries and `cache.local_max_bytes` of values (a flood of made-up keys
+//! evicts the coldest entries, never grows the process); the Redis backend stores products and first pages only
 //! (pages after a cursor are not stored: keyset reads are cheap, and the
 //! shared Redis would otherwise hold every cursor any client sent).
 //!
@@ -155,6 +155,7 @@ impl ReadCache {
             Backend::Local(local::LocalCache::new(
                 ttl,
                 settings.local_capacity as usize,
+                usize::try_from(settings.local_max_bytes).unwrap_or(usize::MAX),
             ))
         } else {
             Backend::Redis(redis::RedisCache::new(redis_url, settings)?)
@@ -165,10 +166,15 @@ impl ReadCache {
         })
     }
 
-    /// An in-process cache (tests, embedded mode).
+    /// An in-process cache (tests, embedded mode), its bytes bounded as
+    /// `cache.local_max_bytes`'s default.
     pub fn local(ttl: Duration, capacity: usize) -> Self {
+        let max_bytes =
+            usize::try_from(CacheSettings::default().local_max_bytes).unwrap_or(usize::MAX);
         Self {
-            backend: Arc::new(Backend::Local(local::LocalCache::new(ttl, capacity))),
+            backend: Arc::new(Backend::Local(local::LocalCache::new(
+                ttl, capacity, max_bytes,
+            ))),
             stats: Arc::default(),
         }
     }
@@ -252,10 +258,15 @@ impl ReadCache {
     pub fn report(&self) -> Value {
         let s = &self.stats;
         let (entries, capacity) = self.occupancy().unzip();
+        let bytes = match &*self.backend {
+            Backend::Local(c) => Some(c.bytes()),
+            Backend::Redis(_) => None,
+        };
         json!({
             "backend": self.backend_name(),
             "entries": entries,
             "capacity": capacity,
+            "bytes": bytes,
             "hit": s.hit.load(Ordering::Relaxed),
             "miss": s.miss.load(Ordering::Relaxed),
             "coalesced": s.coalesced.load(Ordering::Relaxed),

@@ -134,3 +134,33 @@ async fn ten_thousand_made_up_page_keys_leave_the_local_cache_at_its_capacity() 
         "the hot product is still cached"
     );
 }
+
+#[tokio::test]
+async fn made_up_page_keys_leave_the_local_cache_within_its_bytes() {
+    let db = shopeasy_testkit::sqlite();
+    let mut s = settings(&db, None);
+    s.cache.local_max_bytes = 2048;
+    let app = spawn_with(db, s).await;
+    for i in 0..5 {
+        app.create(&format!("BYTES-{i}")).await;
+    }
+    // 200 pages of up to five products (an empty page is still ~40 bytes):
+    // several kilobytes, ten thousand entries allowed.
+    let pages: Vec<String> = (0..200)
+        .map(|_| {
+            let cursor = shopeasy_product::cursor::Cursor::after(uuid::Uuid::new_v4()).encode();
+            format!("/api/products?limit=20&cursor={cursor}")
+        })
+        .collect();
+    for chunk in pages.chunks(50) {
+        let answers = futures::future::join_all(chunk.iter().map(|p| app.get(p))).await;
+        assert!(answers.iter().all(|r| r.status() == 200));
+    }
+    let stats = app.cache_stats().await;
+    let bytes = stats["bytes"].as_u64().unwrap();
+    assert!(bytes > 0 && bytes <= 2048, "within its bytes: {stats}");
+    assert!(
+        stats["entries"].as_u64().unwrap() < 200,
+        "bounded by bytes, not by the entry count: {stats}"
+    );
+}

@@ -378,3 +378,48 @@ async fn admin_listener_reports_health_metrics_and_cache() {
     );
     assert!(stats["hit"].as_u64().unwrap() >= 1, "{stats}");
 }
+
+#[tokio::test]
+async fn made_up_methods_share_one_other_series() {
+    let app = spawn(shopeasy_testkit::sqlite()).await;
+    for name in ["FOO1", "FOO2", "FOO3"] {
+        let method = reqwest::Method::from_bytes(name.as_bytes()).unwrap();
+        let res = app
+            .client
+            .request(method, app.url("/api/products"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 405, "{name}");
+    }
+    let text = app
+        .client
+        .get(format!("http://{}/metrics", app.admin_addr))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        !text.contains("method=\"FOO"),
+        "a made-up method is a label:\n{text}"
+    );
+    let metrics = shopeasy_testkit::Metrics::parse(&text);
+    let other = [("service", "shopeasy-product"), ("method", "_OTHER")];
+    let series: Vec<_> = metrics
+        .matching("shopeasy_http_server_requests_total", &other)
+        .collect();
+    assert_eq!(series.len(), 1, "{text}");
+    assert_eq!(series[0].value, 3.0, "{text}");
+    assert_eq!(
+        metrics
+            .matching(
+                "shopeasy_http_server_request_duration_seconds_count",
+                &other
+            )
+            .count(),
+        1,
+        "{text}"
+    );
+}

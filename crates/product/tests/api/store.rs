@@ -6,6 +6,7 @@ use shopeasy_product::{
     Error, cursor::Cursor, domain::ProductDraft, migrator, store::ProductStore,
 };
 use shopeasy_runtime::{db::Database, settings::common::PoolSettings};
+use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
 fn draft(sku: &str, price: i64) -> ProductDraft {
@@ -97,4 +98,28 @@ async fn an_unreachable_database_is_unavailable_not_internal() {
         store.get(Uuid::now_v7()).await,
         Err(Error::Unavailable(_))
     ));
+}
+
+#[tokio::test]
+async fn a_statement_cancelled_by_its_timeout_is_unavailable_not_internal() {
+    let Some(db) = shopeasy_testkit::postgres().await else {
+        return;
+    };
+    // A real cancellation (SQLSTATE 57014), as Postgres reports a query
+    // that ran past `statement_timeout`.
+    let mut conn = PgConnection::connect(db.url()).await.unwrap();
+    sqlx::query("SET statement_timeout = 1")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let cancelled = sqlx::query("SELECT pg_sleep(1)")
+        .execute(&mut conn)
+        .await
+        .unwrap_err();
+    assert!(
+        shopeasy_runtime::db::is_statement_timeout(&cancelled),
+        "{cancelled:?}"
+    );
+    let error = Error::from(cancelled);
+    assert!(matches!(error, Error::Unavailable(_)), "{error:?}");
 }
