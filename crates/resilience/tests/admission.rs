@@ -527,9 +527,9 @@ async fn answered_with(a: &Admission, rounds: usize, status: http::StatusCode) -
     a.snapshot().limit
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_refusal_further_on_is_no_service_time() {
-    let config = AdmissionConfig {
+/// A limit starting at 20, free to move between 2 and 1,000.
+fn starting_at_20() -> AdmissionConfig {
+    AdmissionConfig {
         limit: LimitConfig {
             initial: 20,
             min: 2,
@@ -537,7 +537,12 @@ async fn a_refusal_further_on_is_no_service_time() {
             ..LimitConfig::default()
         },
         ..AdmissionConfig::default()
-    };
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_further_on_is_no_service_time() {
+    let config = starting_at_20();
     // Fast answers that are refusals (503 from a service further on, 429)
     // teach the limit nothing: no minimum RTT, the limit where it was.
     for status in [
@@ -603,15 +608,7 @@ async fn grpc_answered_with(a: &Admission, rounds: usize, code: &'static str) ->
 
 #[tokio::test(start_paused = true)]
 async fn a_grpc_refusal_further_on_is_no_service_time() {
-    let config = AdmissionConfig {
-        limit: LimitConfig {
-            initial: 20,
-            min: 2,
-            max: 1000,
-            ..LimitConfig::default()
-        },
-        ..AdmissionConfig::default()
-    };
+    let config = starting_at_20();
     // Fast trailers-only `RESOURCE_EXHAUSTED` and `UNAVAILABLE` (gRPC's 429
     // and 503, though HTTP 200) teach the limit nothing.
     for code in ["8", "14"] {
