@@ -705,8 +705,9 @@ async fn a_cancel_never_overwrites_a_rejection_committed_meanwhile() {
                 db.name()
             );
         } else {
-            // Let the cancel start waiting for the write lock.
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // SQLite's one writer: the cancel cannot begin before the
+            // rejection commits, whenever it starts; let it start now.
+            tokio::task::yield_now().await;
         }
         rejection.commit().await.unwrap();
         let answer = tokio::time::timeout(Duration::from_secs(10), cancel)
