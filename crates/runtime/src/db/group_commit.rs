@@ -10,8 +10,8 @@
 //!
 //! So on SQLite a write does not take the writer itself: it queues, and one
 //! task (the combiner) takes the writer for whatever queued while the last
-//! group ran — no timer, so a lone write goes at once and a group forms
-//! only when writes already wait. The group is one `BEGIN IMMEDIATE`; each
+//! group ran and while it waited for the writer — no timer, so a lone write
+//! goes at once and a group forms only when writes already wait. The group is one `BEGIN IMMEDIATE`; each
 //! write runs in a savepoint of its own, released when it succeeds and
 //! rolled back when it fails, so a failing write leaves the others whole.
 //! Every write's answer is sent only after the one `COMMIT`: nobody hears
@@ -202,6 +202,10 @@ async fn combine(
     sizes: metrics::Histogram,
 ) {
     while let Some(first) = queue.recv().await {
+        // The writer first, the group after: writes that queue while the
+        // transaction waits for the writer (another connection's write,
+        // a checkpoint) join this group instead of waiting for the next.
+        let tx = writer.begin_with("BEGIN IMMEDIATE").await;
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
             match queue.try_recv() {
@@ -211,10 +215,10 @@ async fn combine(
         }
         group.retain(|w| !w.caller_gone());
         if group.is_empty() {
-            continue;
+            continue; // The transaction, unused, rolls back as it drops.
         }
         sizes.record(group.len() as f64);
-        run_group(&writer, group).await;
+        run_group(tx, group).await;
     }
 }
 
@@ -222,10 +226,15 @@ async fn combine(
 /// 1 means writes queued and shared commits.
 pub const GROUP_SIZE: &str = "shopeasy_db_group_commit_writes";
 
-async fn run_group(writer: &AnyPool, group: Vec<Box<dyn Write>>) {
+/// Runs `group` in `tx` (its `BEGIN IMMEDIATE`, or why it failed), a
+/// savepoint each, then commits; every answer is sent after the commit.
+async fn run_group(
+    tx: Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error>,
+    group: Vec<Box<dyn Write>>,
+) {
     let mut answers: Vec<Box<dyn Answer>> = Vec::with_capacity(group.len());
     let committed: Result<(), sqlx::Error> = async {
-        let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = tx?;
         for write in group {
             // Its caller may have left while the writer was busy.
             if write.caller_gone() {
