@@ -114,6 +114,18 @@ impl TestApp {
             .unwrap()
     }
 
+    /// The admin listener's `/metrics` page.
+    pub(crate) async fn metrics_text(&self) -> String {
+        self.client
+            .get(format!("http://{}/metrics", self.admin_addr))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// `/admin/resilience`'s `product_cache` member.
     pub(crate) async fn cache_stats(&self) -> Value {
         let res = self

@@ -344,7 +344,7 @@ async fn admin_listener_reports_health_metrics_and_cache() {
     };
     assert_eq!(admin("/health/ready").await.unwrap().status(), 200);
     assert_eq!(admin("/health/live").await.unwrap().status(), 200);
-    let text = admin("/metrics").await.unwrap().text().await.unwrap();
+    let text = app.metrics_text().await;
     let metrics = shopeasy_testkit::Metrics::parse(&text);
     let series = [
         ("service", "shopeasy-product"),
@@ -392,15 +392,7 @@ async fn made_up_methods_share_one_other_series() {
             .unwrap();
         assert_eq!(res.status(), 405, "{name}");
     }
-    let text = app
-        .client
-        .get(format!("http://{}/metrics", app.admin_addr))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics_text().await;
     assert!(
         !text.contains("method=\"FOO"),
         "a made-up method is a label:\n{text}"
