@@ -28,15 +28,19 @@
 //! (`crate::guard`): a `Host` that is not loopback or a foreign `Origin`
 //! (403), a body that is not `Content-Type: application/json` (415; with
 //! `curl`, add `-H 'content-type: application/json'`), and a proxy listening
-//! anywhere but loopback (400). Errors are problem+json that also carry
-//! Toxiproxy's `error` and `status` members.
+//! anywhere but loopback (400), and a body over [`BODY_LIMIT`] (413). Errors
+//! are problem+json that also carry Toxiproxy's `error` and `status`
+//! members.
 
 use std::{collections::BTreeMap, io, time::Duration};
 
 use axum::{
     Json, Router,
     body::Bytes,
-    extract::{FromRef, FromRequestParts, Query, State, rejection::QueryRejection},
+    extract::{
+        DefaultBodyLimit, FromRef, FromRequest, FromRequestParts, Query, Request, State,
+        rejection::QueryRejection,
+    },
     http::{HeaderName, HeaderValue, StatusCode, request::Parts},
     response::{IntoResponse, Response},
     routing::{get, post},
@@ -56,6 +60,12 @@ pub const TOXIPROXY_API_VERSION: &str = "2.12.0";
 
 /// The API's usual port (Toxiproxy's default).
 pub const DEFAULT_PORT: u16 = 8474;
+
+/// The largest request body the API reads, in bytes: a `/populate` of
+/// hundreds of proxies fits; anything bigger is a mistake (or a page
+/// probing the port) and is refused with a 413 problem before it is
+/// buffered, instead of axum's 2 MB default.
+pub const BODY_LIMIT: usize = 64 * 1024;
 
 /// Response header of the window routes: how many closed windows the
 /// bounded history dropped (summed over proxies for `GET /windows`), so a
@@ -121,6 +131,7 @@ pub fn router_with(proxies: Proxies, guard: Guard) -> Router {
         .route("/proxies/{proxy}/windows", get(proxy_windows))
         .route("/windows", get(all_windows))
         .fallback(|| async { Problem::no_route() })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn_with_state(
             guard,
             crate::guard::check,
@@ -171,7 +182,7 @@ async fn reset(State(proxies): State<Proxies>) -> StatusCode {
 async fn populate(
     State(proxies): State<Proxies>,
     State(guard): State<Guard>,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<Response> {
     #[derive(Serialize)]
     struct Populated {
@@ -198,7 +209,7 @@ async fn list_proxies(State(proxies): State<Proxies>) -> Json<BTreeMap<String, P
 async fn create_proxy(
     State(proxies): State<Proxies>,
     State(guard): State<Guard>,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<Response> {
     let config: ProxyConfig = parse(&body)?;
     guard.check_listen(&config.listen)?;
@@ -217,7 +228,7 @@ async fn update_proxy(
     State(proxies): State<Proxies>,
     State(guard): State<Guard>,
     Path(name): Path<String>,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<Json<ProxyView>> {
     proxies.get(&name).await?;
     let update: ProxyUpdate = parse(&body)?;
@@ -245,7 +256,7 @@ async fn list_toxics(
 async fn create_toxic(
     State(proxies): State<Proxies>,
     Path(name): Path<String>,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<Json<Toxic>> {
     let proxy = proxies.get(&name).await?;
     let toxic = Toxic::from_json(&body)?;
@@ -264,7 +275,7 @@ async fn show_toxic(
 async fn update_toxic(
     State(proxies): State<Proxies>,
     Path((name, toxic)): Path<(String, String)>,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<Json<Toxic>> {
     let proxy = proxies.get(&name).await?;
     let current = proxy.toxic(&toxic).ok_or(Error::ToxicNotFound)?;
@@ -343,6 +354,25 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
     }
 }
 
+/// The request body: `axum`'s `Bytes` whose rejection is this API's
+/// [`Error`], so a body over [`BODY_LIMIT`] is a 413 and one that cannot be
+/// read a 400, in the API's dialect rather than axum's plain text.
+struct Body(Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for Body {
+    type Rejection = Error;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Error> {
+        match Bytes::from_request(request, state).await {
+            Ok(body) => Ok(Self(body)),
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(Error::BodyTooLarge(BODY_LIMIT))
+            }
+            Err(e) => Err(Error::BadBody(e.body_text())),
+        }
+    }
+}
+
 /// Parses a JSON body (its content type checked by `crate::guard`).
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
     serde_json::from_slice(body).map_err(|e| Error::BadBody(e.to_string()))
@@ -365,6 +395,7 @@ impl IntoResponse for Error {
             | Self::BadPath(_)
             | Self::BadQuery(_) => (StatusCode::BAD_REQUEST, "bad-request"),
             Self::ListenNotAllowed(_) => (StatusCode::BAD_REQUEST, "listen-not-allowed"),
+            Self::BodyTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large"),
         };
         let message = self.to_string();
         if status.is_server_error() {

@@ -30,6 +30,10 @@ pub enum Error {
     /// The request body is not the JSON expected, or a value is out of range.
     #[error("bad request body: {0}")]
     BadBody(String),
+    /// The request body is larger than the API reads
+    /// ([`crate::api::BODY_LIMIT`] bytes).
+    #[error("request body is larger than {0} bytes")]
+    BodyTooLarge(usize),
     /// A path segment does not decode to UTF-8 (`/proxies/%FF`).
     #[error("bad path: {0}")]
     BadPath(String),

@@ -41,6 +41,11 @@
 //!   in accept order; an updated toxic is rolled again.
 //! - Creating a toxic answers 200 with the toxic, as Toxiproxy does (its own
 //!   clients check for 200); creating a proxy answers 201.
+//! - Attributes parsed from JSON are bounded (durations at most 24 h,
+//!   bandwidth at most 10^9 KB/s: [`toxic::MAX_WAIT_MS`],
+//!   [`toxic::MAX_RATE`]), and request bodies at most [`api::BODY_LIMIT`].
+//! - A toxic change through the handle of a proxy since removed or
+//!   restarted is refused ([`Error::ProxyNotFound`]) rather than lost.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {

@@ -3,11 +3,13 @@
 //!
 //! Each pump watches the proxy's toxic set (a `tokio::sync::watch`), so a
 //! toxic added or removed while a connection is open takes effect on it at
-//! once, as in Toxiproxy. Whether a toxic applies to this connection is
-//! rolled once per (connection, toxic) with the connection's seeded
-//! generator. Both pumps run inside the connection's task; the connection
-//! ends when both directions have closed, or at once when a toxic closes or
-//! resets it or the proxy is disabled or stopped.
+//! once, as in Toxiproxy: also on the chunk already on its way, whose every
+//! wait (latency, pacing, the reset's or the close's delay) watches the set
+//! too. Whether a toxic applies to this connection is rolled once per
+//! (connection, toxic) with the connection's seeded generator. Both pumps
+//! run inside the connection's task; the connection ends when both
+//! directions have closed, or at once when a toxic closes or resets it or
+//! the proxy is disabled or stopped.
 
 use std::{collections::HashMap, io, sync::Arc, time::Duration};
 
@@ -19,7 +21,7 @@ use tokio::{
         tcp::{ReadHalf, WriteHalf},
     },
     sync::{mpsc, watch},
-    time::{Instant, sleep, sleep_until},
+    time::{Instant, sleep_until},
 };
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +30,11 @@ use crate::toxic::{Stream, ToxicKind};
 
 /// Bytes read at a time in each direction.
 const CHUNK: usize = 32 * 1024;
+
+/// The longest wait the pumps schedule (30 years, as tokio's own "never"):
+/// attributes set in process are not bounded as the API's are
+/// ([`crate::toxic::MAX_WAIT_MS`]), and an `Instant` must not overflow.
+const FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
 
 /// Chunks read but not yet written, per direction (at most 512 KiB).
 const IN_FLIGHT: usize = 16;
@@ -257,7 +264,7 @@ impl Pump {
                 ToxicKind::Timeout { timeout } => {
                     effects.black_hole = true;
                     if timeout > 0 {
-                        let at = since + Duration::from_millis(timeout);
+                        let at = later(since, Duration::from_millis(timeout));
                         effects.close_at = Some(effects.close_at.map_or(at, |t| t.min(at)));
                     }
                 }
@@ -268,7 +275,7 @@ impl Pump {
                 }
                 ToxicKind::Latency { latency, jitter } => {
                     let (l, j) = effects.latency.unwrap_or((0, 0));
-                    effects.latency = Some((l + latency, j + jitter));
+                    effects.latency = Some((l.saturating_add(latency), j.saturating_add(jitter)));
                 }
                 ToxicKind::Bandwidth { rate } if rate > 0 => {
                     effects.rate = Some(effects.rate.map_or(rate, |r| r.min(rate)));
@@ -295,82 +302,176 @@ impl Pump {
             }
         }
         self.effects = effects;
+        // Forget the toxics that are gone (an id is never used again), so a
+        // long connection under toggled toxics does not grow.
+        self.rolls.retain(|id, _| set.iter().any(|e| e.id == *id));
+        self.seen.retain(|id, _| set.iter().any(|e| e.id == *id));
     }
 
     /// Passes one chunk on through the toxics; `Some` ends the connection.
+    ///
+    /// A change of the toxic set during any of its waits applies to the
+    /// rest of the chunk at once: removed latency lets it go, a new black
+    /// hole drops it, a removed `reset_peer` lets it through, new pacing
+    /// paces the bytes not yet written.
     async fn deliver(
         &mut self,
         data: &[u8],
         arrived: Instant,
         dst: &mut WriteHalf<'_>,
     ) -> Option<End> {
+        let mut chunk = Chunk {
+            rest: data,
+            arrived,
+            delay: None,
+            reset_from: None,
+            last_piece: None,
+        };
+        loop {
+            match self.advance(&mut chunk, dst).await {
+                Ok(end) => return end,
+                Err(Interrupt::Changed) => {} // go on under the new toxics
+                Err(Interrupt::Close) => return Some(End::Close),
+            }
+        }
+    }
+
+    /// Takes `chunk` as far as the current toxics let it: `Ok` once it is
+    /// written or dropped (`Some` ends the connection), `Err` when a wait
+    /// was cut short; called again, it resumes where it stopped.
+    async fn advance(
+        &mut self,
+        chunk: &mut Chunk<'_>,
+        dst: &mut WriteHalf<'_>,
+    ) -> Result<Option<End>, Interrupt> {
         if self.effects.black_hole {
-            return None; // dropped
+            return Ok(None); // what is left is dropped
         }
         if let Some(after) = self.effects.reset_after {
-            sleep(after).await;
-            return Some(End::Reset); // the data is dropped
+            let from = *chunk.reset_from.get_or_insert_with(Instant::now);
+            self.wait_until(later(from, after)).await?;
+            return Ok(Some(End::Reset)); // the data is dropped
         }
-        let (data, then_close) = match self.effects.bytes_left {
-            Some(left) if (data.len() as u64) >= left => {
-                (&data[..usize::try_from(left).unwrap_or(data.len())], true)
+        chunk.reset_from = None;
+        if let Some(latency) = self.effects.latency {
+            let delay = match chunk.delay {
+                Some((drawn_for, delay)) if drawn_for == latency => delay,
+                _ => {
+                    let delay = self.jittered(latency.0, latency.1);
+                    chunk.delay = Some((latency, delay));
+                    delay
+                }
+            };
+            self.wait_until(later(chunk.arrived, Duration::from_millis(delay)))
+                .await?;
+        }
+        loop {
+            if let Some((written, size)) = chunk.last_piece {
+                let pause = self.pause(size, !chunk.rest.is_empty());
+                self.wait_until(later(written, pause)).await?;
+                chunk.last_piece = None;
             }
-            _ => (data, false),
+            if chunk.rest.is_empty() {
+                return Ok(None);
+            }
+            let size = self.piece_size(chunk.rest.len());
+            let (size, then_close) = match self.effects.bytes_left {
+                Some(left) if (size as u64) >= left => {
+                    (usize::try_from(left).unwrap_or(size), true)
+                }
+                _ => (size, false),
+            };
+            let (piece, rest) = chunk.rest.split_at(size);
+            if dst.write_all(piece).await.is_err() {
+                return Ok(Some(End::Close));
+            }
+            chunk.rest = rest;
+            self.transferred += size as u64;
+            if let Some(left) = self.effects.bytes_left.as_mut() {
+                *left = left.saturating_sub(size as u64);
+            }
+            if then_close {
+                return Ok(Some(End::Close));
+            }
+            if self.effects.slicer.is_some() || self.effects.rate.is_some() {
+                chunk.last_piece = Some((Instant::now(), size as u64));
+            }
+        }
+    }
+
+    /// The size of the next piece of the `len` bytes left: all of them,
+    /// unless `slicer` or `bandwidth` cut them.
+    fn piece_size(&mut self, len: usize) -> usize {
+        let mut size = len as u64;
+        if let Some((average, variation, _)) = self.effects.slicer {
+            size = size.min(self.jittered(average, variation).max(1));
+        }
+        if let Some(rate) = self.effects.rate {
+            // At most 100 ms worth of bytes per write; 1 KB = 1000 bytes.
+            size = size.min(rate.saturating_mul(100).max(1));
+        }
+        usize::try_from(size).unwrap_or(len)
+    }
+
+    /// How long a piece of `size` bytes holds the next one back under the
+    /// toxics *now* (so a change re-paces what is left): `slicer`'s delay
+    /// when `more` of the chunk follows, and the time `bandwidth` gives the
+    /// piece.
+    fn pause(&self, size: u64, more: bool) -> Duration {
+        let slicer = match self.effects.slicer {
+            Some((_, _, delay)) if more => Duration::from_micros(delay),
+            _ => Duration::ZERO,
         };
-        if let Some((latency, jitter)) = self.effects.latency {
-            let delay = self.jittered(latency, jitter);
-            if delay > 0 {
-                sleep_until(arrived + Duration::from_millis(delay)).await;
-            }
-        }
-        if self.write(data, dst).await.is_err() {
-            return Some(End::Close);
-        }
-        self.transferred += data.len() as u64;
-        if let Some(left) = self.effects.bytes_left.as_mut() {
-            *left = left.saturating_sub(data.len() as u64);
-        }
-        then_close.then_some(End::Close)
+        let bandwidth = self.effects.rate.map_or(Duration::ZERO, |rate| {
+            Duration::from_micros(size.saturating_mul(1000) / rate)
+        });
+        slicer.saturating_add(bandwidth)
     }
 
-    /// Writes `data`, sliced and paced when `slicer` or `bandwidth` apply.
-    async fn write(&mut self, data: &[u8], dst: &mut WriteHalf<'_>) -> io::Result<()> {
-        if self.effects.slicer.is_none() && self.effects.rate.is_none() {
-            return dst.write_all(data).await;
-        }
-        let mut rest = data;
-        while !rest.is_empty() {
-            let mut size = rest.len() as u64;
-            let mut pause = Duration::ZERO;
-            if let Some((average, variation, delay)) = self.effects.slicer {
-                size = size.min(self.jittered(average, variation).max(1));
-                pause += Duration::from_micros(delay);
-            }
-            if let Some(rate) = self.effects.rate {
-                // At most 100 ms worth of bytes per write; 1 KB = 1000 bytes.
-                size = size.min((rate * 100).max(1));
-                pause += Duration::from_micros(size * 1000 / rate);
-            }
-            let (piece, tail) = rest.split_at(usize::try_from(size).unwrap_or(rest.len()));
-            dst.write_all(piece).await?;
-            rest = tail;
-            if !pause.is_zero() && (!rest.is_empty() || self.effects.rate.is_some()) {
-                sleep(pause).await;
-            }
-        }
-        Ok(())
-    }
-
-    /// The source closed: pass the close on (late, under `slow_close`).
+    /// The source closed: pass the close on (late, under `slow_close`,
+    /// counted from the close while the toxics are watched).
     async fn eof(&mut self, dst: &mut WriteHalf<'_>) -> End {
-        if self.effects.black_hole {
-            return End::Close;
-        }
-        if let Some(delay) = self.effects.slow_close {
-            sleep(delay).await;
+        let closed = Instant::now();
+        loop {
+            if self.effects.black_hole {
+                return End::Close;
+            }
+            let Some(delay) = self.effects.slow_close else {
+                break;
+            };
+            match self.wait_until(later(closed, delay)).await {
+                Ok(()) => break,
+                Err(Interrupt::Changed) => {} // decide again under the new toxics
+                Err(Interrupt::Close) => return End::Close,
+            }
         }
         let _ = dst.shutdown().await;
         End::Eof
+    }
+
+    /// Sleeps until `deadline`, unless the toxic set changes first (the
+    /// effects are refreshed and the caller decides again) or the
+    /// connection must close: `timeout`'s clock ran out, or the proxy is
+    /// gone. A deadline already past returns at once.
+    async fn wait_until(&mut self, deadline: Instant) -> Result<(), Interrupt> {
+        if deadline <= Instant::now() {
+            return Ok(());
+        }
+        let close_at = self.effects.close_at;
+        tokio::select! {
+            biased;
+            changed = self.toxics.changed() => {
+                if changed.is_err() {
+                    return Err(Interrupt::Close); // the proxy is gone
+                }
+                self.refresh();
+                Err(Interrupt::Changed)
+            }
+            () = sleep_until(close_at.unwrap_or(deadline)), if close_at.is_some() => {
+                Err(Interrupt::Close)
+            }
+            () = sleep_until(deadline) => Ok(()),
+        }
     }
 
     /// `base` ± a uniform draw of up to `spread`, never below 0.
@@ -379,6 +480,96 @@ impl Pump {
             return base;
         }
         let offset = self.rng.random_range(0..=spread.saturating_mul(2));
-        (base + offset).saturating_sub(spread)
+        base.saturating_add(offset).saturating_sub(spread)
+    }
+}
+
+/// A chunk on its way through the toxics: what is left of it, and the
+/// clocks that go on when the toxic set changes under it.
+#[derive(Debug)]
+struct Chunk<'a> {
+    /// Not written yet.
+    rest: &'a [u8],
+    /// When it was read: `latency` counts from here.
+    arrived: Instant,
+    /// The latency drawn for it, with the (latency, jitter) it was drawn
+    /// for: drawn again only when those change.
+    delay: Option<((u64, u64), u64)>,
+    /// When it met `reset_peer`: the reset's clock.
+    reset_from: Option<Instant>,
+    /// When its last piece was written, and the piece's size: what the
+    /// pacing of the next piece counts from.
+    last_piece: Option<(Instant, u64)>,
+}
+
+/// Why a wait inside a delivery ended early.
+#[derive(Debug)]
+enum Interrupt {
+    /// The toxic set changed (the effects are refreshed): go on under the
+    /// new toxics.
+    Changed,
+    /// Close the connection now.
+    Close,
+}
+
+/// `from` + `by`, at most [`FOREVER`] ahead.
+fn later(from: Instant, by: Duration) -> Instant {
+    from + by.min(FOREVER)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Toxic, proxy::ToxicEntry};
+
+    fn entry(id: u64, kind: ToxicKind) -> ToxicEntry {
+        ToxicEntry {
+            id,
+            toxic: Toxic::new(kind, Stream::Downstream).named(format!("t{id}")),
+        }
+    }
+
+    fn ids(map: &HashMap<u64, impl Sized>) -> Vec<u64> {
+        let mut ids: Vec<u64> = map.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// A connection open for hours under toxics toggled every few seconds
+    /// (a demo, a soak) must not keep a roll and a clock per toxic it ever
+    /// saw: only those of the toxics there now.
+    #[tokio::test]
+    async fn a_pump_forgets_the_toxics_that_are_gone() {
+        let latency = ToxicKind::Latency {
+            latency: 1,
+            jitter: 0,
+        };
+        let (toxics, watched) = watch::channel(Arc::new(vec![
+            entry(1, latency.clone()),
+            entry(2, ToxicKind::SlowClose { delay: 1 }),
+        ]));
+        let mut pump = Pump::new(Stream::Downstream, watched, 7);
+        pump.refresh();
+        assert_eq!(
+            (ids(&pump.rolls), ids(&pump.seen)),
+            (vec![1, 2], vec![1, 2])
+        );
+
+        for id in 3..100 {
+            toxics.send_replace(Arc::new(vec![
+                entry(2, ToxicKind::SlowClose { delay: 1 }),
+                entry(id, latency.clone()),
+            ]));
+            pump.refresh();
+        }
+        assert_eq!(
+            (ids(&pump.rolls), ids(&pump.seen)),
+            (vec![2, 99], vec![2, 99])
+        );
+
+        toxics.send_replace(Arc::new(Vec::new()));
+        pump.refresh();
+        assert!(pump.rolls.is_empty() && pump.seen.is_empty());
+        assert!(pump.effects.latency.is_none());
     }
 }

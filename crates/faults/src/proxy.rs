@@ -338,11 +338,17 @@ impl FaultProxy {
     /// window opens ([`FaultProxy::windows`]).
     ///
     /// # Errors
-    /// [`Error::ToxicExists`] when the proxy has a toxic of that name.
+    /// [`Error::ToxicExists`] when the proxy has a toxic of that name;
+    /// [`Error::ProxyNotFound`] once it is stopped (removed, or restarted
+    /// by its [`crate::Proxies`] set).
     pub fn add_toxic(&self, toxic: Toxic) -> Result<(), Error> {
         let id = self.next_id();
         let mut result = Ok(());
         self.shared.toxics.send_if_modified(|set| {
+            if self.stopped() {
+                result = Err(Error::ProxyNotFound);
+                return false;
+            }
             if set.iter().any(|e| e.toxic.name == toxic.name) {
                 result = Err(Error::ToxicExists);
                 return false;
@@ -365,12 +371,18 @@ impl FaultProxy {
     /// order); its fault window closes and one with the new values opens.
     ///
     /// # Errors
-    /// [`Error::ToxicNotFound`].
+    /// [`Error::ToxicNotFound`]; [`Error::ProxyNotFound`] once it is
+    /// stopped (removed, or restarted by its [`crate::Proxies`] set).
     pub fn update_toxic(&self, toxic: Toxic) -> Result<(), Error> {
         let id = self.next_id();
         let mut found = false;
+        let mut stopped = false;
         let mut closed = Closed::default();
         self.shared.toxics.send_if_modified(|set| {
+            if self.stopped() {
+                stopped = true;
+                return false;
+            }
             let next: Vec<ToxicEntry> = set
                 .iter()
                 .map(|e| {
@@ -392,7 +404,9 @@ impl FaultProxy {
             found
         });
         drop(closed);
-        if found {
+        if stopped {
+            Err(Error::ProxyNotFound)
+        } else if found {
             Ok(())
         } else {
             Err(Error::ToxicNotFound)
@@ -403,10 +417,16 @@ impl FaultProxy {
     /// its fault window closes.
     ///
     /// # Errors
-    /// [`Error::ToxicNotFound`].
+    /// [`Error::ToxicNotFound`]; [`Error::ProxyNotFound`] once it is
+    /// stopped (removed, or restarted by its [`crate::Proxies`] set).
     pub fn remove_toxic(&self, name: &str) -> Result<(), Error> {
         let mut closed = Closed::default();
+        let mut stopped = false;
         let removed = self.shared.toxics.send_if_modified(|set| {
+            if self.stopped() {
+                stopped = true;
+                return false;
+            }
             if !set.iter().any(|e| e.toxic.name == name) {
                 return false;
             }
@@ -420,14 +440,17 @@ impl FaultProxy {
             true
         });
         drop(closed);
-        if removed {
+        if stopped {
+            Err(Error::ProxyNotFound)
+        } else if removed {
             Ok(())
         } else {
             Err(Error::ToxicNotFound)
         }
     }
 
-    /// Removes every toxic, closing their fault windows.
+    /// Removes every toxic, closing their fault windows; nothing once it
+    /// is stopped.
     pub fn remove_all_toxics(&self) {
         self.remove_all_toxics_for(WindowEnd::Removed);
     }
@@ -435,7 +458,7 @@ impl FaultProxy {
     fn remove_all_toxics_for(&self, end: WindowEnd) {
         let mut closed = Closed::default();
         self.shared.toxics.send_if_modified(|set| {
-            if set.is_empty() {
+            if self.stopped() || set.is_empty() {
                 return false;
             }
             *set = Arc::new(Vec::new());
@@ -492,6 +515,18 @@ impl FaultProxy {
             enabled: self.enabled(),
             toxics: self.toxics(),
         }
+    }
+
+    /// Whether it was stopped ([`FaultProxy::stop`], or removed or
+    /// restarted by its [`crate::Proxies`] set). A stopped proxy refuses
+    /// toxic changes with [`Error::ProxyNotFound`]: its toxics are gone
+    /// with it, or carried over by the proxy that restarted it, so a change
+    /// through an old handle would be lost (with its window left open) or
+    /// undo one made to its successor. Checked under the toxic set's lock,
+    /// so a change either lands before a restart reads the set or is
+    /// refused.
+    fn stopped(&self) -> bool {
+        self.shared.stop.is_cancelled()
     }
 
     /// Stops it: closes the listener and every connection, and its open

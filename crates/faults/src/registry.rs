@@ -134,6 +134,9 @@ impl Proxies {
         }
         let log = proxy.window_log();
         proxy.stop_keeping_windows().await;
+        // Read after the stop: a toxic change through the old proxy either
+        // landed before it (and is carried over) or is refused.
+        let toxics = proxy.toxics();
         let config = |listen, upstream, enabled| ProxyConfig {
             name: name.to_owned(),
             listen,
@@ -156,7 +159,7 @@ impl Proxies {
                     }
                 }
             };
-        restarted.restore_toxics(current.toxics);
+        restarted.restore_toxics(toxics);
         by_name.insert(name.to_owned(), restarted);
         outcome
     }

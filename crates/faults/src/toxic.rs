@@ -4,11 +4,27 @@
 //! `type`, a `stream` (`upstream` = client → server, `downstream` = server →
 //! client), a `toxicity` (the probability, rolled once per connection, that
 //! it applies to that connection) and type-specific integer `attributes`.
+//!
+//! Unlike Toxiproxy, a toxic parsed from JSON has its attributes bounded: a
+//! duration at most 24 h ([`MAX_WAIT_MS`]), a bandwidth at most a terabyte
+//! per second ([`MAX_RATE`]). Beyond that a value is a typo, not a fault
+//! worth injecting, and it is refused with a 400 that names it rather than
+//! accepted into a proxy whose clock arithmetic it would overflow.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::Error;
+
+/// The longest duration an attribute may ask for, in milliseconds: 24 h
+/// (`latency`, `jitter`, `timeout`, `slow_close`'s `delay`; `slicer`'s
+/// `delay`, in µs, is bounded by the same 24 h). Longer is a mistake: a
+/// black hole for good is `timeout` 0.
+pub const MAX_WAIT_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The highest `bandwidth` `rate` in KB/s: 10^9, a terabyte per second,
+/// beyond any link a test runs on (0 already means no limit).
+pub const MAX_RATE: u64 = 1_000_000_000;
 
 /// Which direction of a connection a toxic acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -113,13 +129,30 @@ impl ToxicKind {
         }
     }
 
-    /// Rejects attribute values that would make the toxic meaningless.
+    /// Rejects attribute values that would make the toxic meaningless, or
+    /// are beyond the bounds ([`MAX_WAIT_MS`], [`MAX_RATE`]); the error
+    /// names the attribute.
     fn validate(&self) -> Result<(), Error> {
-        match self {
-            Self::Slicer { average_size, .. } if *average_size == 0 => Err(Error::BadBody(
+        let kind = self.type_name();
+        match *self {
+            Self::Latency { latency, jitter } => {
+                at_most(kind, "latency", latency, MAX_WAIT_MS, "ms (24 h)")?;
+                at_most(kind, "jitter", jitter, MAX_WAIT_MS, "ms (24 h)")
+            }
+            Self::Timeout { timeout } | Self::ResetPeer { timeout } => {
+                at_most(kind, "timeout", timeout, MAX_WAIT_MS, "ms (24 h)")
+            }
+            Self::SlowClose { delay } => at_most(kind, "delay", delay, MAX_WAIT_MS, "ms (24 h)"),
+            Self::Bandwidth { rate } => at_most(kind, "rate", rate, MAX_RATE, "KB/s"),
+            Self::Slicer {
+                average_size: 0, ..
+            } => Err(Error::BadBody(
                 "slicer: average_size must be at least 1".into(),
             )),
-            _ => Ok(()),
+            Self::Slicer { delay, .. } => {
+                at_most(kind, "delay", delay, MAX_WAIT_MS * 1000, "µs (24 h)")
+            }
+            Self::LimitData { .. } => Ok(()),
         }
     }
 
@@ -274,6 +307,17 @@ impl Toxic {
     }
 }
 
+/// `Ok` when the attribute `name` of a `kind` toxic is at most `max`.
+fn at_most(kind: &str, name: &str, value: u64, max: u64, unit: &str) -> Result<(), Error> {
+    if value <= max {
+        Ok(())
+    } else {
+        Err(Error::BadBody(format!(
+            "{kind}: {name} must be at most {max} {unit}, not {value}"
+        )))
+    }
+}
+
 fn check_toxicity(toxicity: f32) -> Result<f32, Error> {
     if (0.0..=1.0).contains(&toxicity) {
         Ok(toxicity)
@@ -341,6 +385,80 @@ mod tests {
         ));
         assert!(matches!(
             Toxic::from_json(b"not json"),
+            Err(Error::BadBody(_))
+        ));
+    }
+
+    /// A value that would overflow the proxy's arithmetic (or is a typo for
+    /// a smaller one) is a 400 naming the attribute, not a toxic that
+    /// breaks the connections it applies to.
+    #[test]
+    fn rejects_attributes_beyond_their_bounds_naming_them() {
+        let max = u64::MAX;
+        for (json, attribute) in [
+            (
+                format!(r#"{{"type":"latency","attributes":{{"latency":{max}}}}}"#),
+                "latency",
+            ),
+            (
+                format!(
+                    r#"{{"type":"latency","attributes":{{"jitter":{}}}}}"#,
+                    MAX_WAIT_MS + 1
+                ),
+                "jitter",
+            ),
+            (
+                format!(r#"{{"type":"timeout","attributes":{{"timeout":{max}}}}}"#),
+                "timeout",
+            ),
+            (
+                format!(r#"{{"type":"reset_peer","attributes":{{"timeout":{max}}}}}"#),
+                "timeout",
+            ),
+            (
+                format!(r#"{{"type":"slow_close","attributes":{{"delay":{max}}}}}"#),
+                "delay",
+            ),
+            (
+                format!(r#"{{"type":"bandwidth","attributes":{{"rate":{max}}}}}"#),
+                "rate",
+            ),
+            (
+                format!(
+                    r#"{{"type":"bandwidth","attributes":{{"rate":{}}}}}"#,
+                    MAX_RATE + 1
+                ),
+                "rate",
+            ),
+            (
+                format!(r#"{{"type":"slicer","attributes":{{"average_size":1,"delay":{max}}}}}"#),
+                "delay",
+            ),
+        ] {
+            match Toxic::from_json(json.as_bytes()) {
+                Err(Error::BadBody(message)) => {
+                    assert!(
+                        message.contains(&format!("{attribute} must be at most")),
+                        "{json}: {message}"
+                    );
+                }
+                other => panic!("{json} must be refused, got {other:?}"),
+            }
+        }
+        // The bounds themselves are accepted.
+        for json in [
+            format!(
+                r#"{{"type":"latency","attributes":{{"latency":{MAX_WAIT_MS},"jitter":{MAX_WAIT_MS}}}}}"#
+            ),
+            format!(r#"{{"type":"bandwidth","attributes":{{"rate":{MAX_RATE}}}}}"#),
+            format!(r#"{{"type":"limit_data","attributes":{{"bytes":{max}}}}}"#),
+        ] {
+            assert!(Toxic::from_json(json.as_bytes()).is_ok(), "{json}");
+        }
+        // An update is bounded too.
+        let toxic = Toxic::new(ToxicKind::Bandwidth { rate: 1 }, Stream::Downstream);
+        assert!(matches!(
+            toxic.updated_from_json(format!(r#"{{"attributes":{{"rate":{max}}}}}"#).as_bytes()),
             Err(Error::BadBody(_))
         ));
     }

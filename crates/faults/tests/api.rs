@@ -466,3 +466,90 @@ async fn requests_a_web_page_could_send_are_refused_and_change_nothing() {
     assert_eq!(response.status().as_u16(), 200);
     assert_ne!(snapshot(&api).await, before);
 }
+
+/// A body over the API's limit is a 413 problem before anything is
+/// parsed or created (axum's default would have read 2 MB, and answered
+/// a bigger one in plain text).
+#[tokio::test]
+async fn a_body_over_the_limit_is_a_413_problem_and_changes_nothing() {
+    let api = start_api().await;
+    let upstream = echo().await.addr.to_string();
+    api.create_edge(&upstream).await;
+    let before = snapshot(&api).await;
+    let padding = "x".repeat(shopeasy_faults::api::BODY_LIMIT);
+    for (path, body) in [
+        (
+            "/proxies",
+            json!({"name": "big", "upstream": upstream, "padding": padding}),
+        ),
+        (
+            "/proxies/edge/toxics",
+            json!({"name": "big", "type": "latency", "padding": padding}),
+        ),
+    ] {
+        let response = api
+            .http
+            .post(format!("{}{path}", api.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 413, "{path}");
+        assert_eq!(
+            response.headers()["content-type"].to_str().unwrap(),
+            "application/problem+json",
+            "{path}"
+        );
+        let problem: Value = response.json().await.unwrap();
+        assert_eq!(problem["type"], "urn:shopeasy:problem:payload-too-large");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains(&shopeasy_faults::api::BODY_LIMIT.to_string())),
+            "{path}: {problem}"
+        );
+    }
+    assert_eq!(snapshot(&api).await, before, "nothing was created");
+}
+
+/// Attribute values beyond the bounds (24 h, 10^9 KB/s) are a 400 naming
+/// the attribute, not a toxic whose arithmetic overflows in the proxy.
+#[tokio::test]
+async fn attributes_beyond_their_bounds_are_a_bad_request_naming_them() {
+    let api = start_api().await;
+    api.create_edge(&echo().await.addr.to_string()).await;
+    for (toxic, attribute) in [
+        (
+            json!({"type": "bandwidth", "attributes": {"rate": u64::MAX}}),
+            "rate",
+        ),
+        (
+            json!({"type": "latency", "attributes": {"latency": 1, "jitter": u64::MAX}}),
+            "jitter",
+        ),
+        (
+            json!({"type": "slow_close", "attributes": {"delay": 86_400_001}}),
+            "delay",
+        ),
+    ] {
+        let (status, problem) = api.post("/proxies/edge/toxics", toxic.clone()).await;
+        assert_eq!(status, 400, "{toxic}: {problem}");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains(&format!("{attribute} must be at most"))),
+            "{toxic}: {problem}"
+        );
+    }
+    let slow = json!({"name": "slow", "type": "latency", "attributes": {"latency": 1}});
+    assert_eq!(api.post("/proxies/edge/toxics", slow).await.0, 200);
+    let (status, problem) = api
+        .post(
+            "/proxies/edge/toxics/slow",
+            json!({"attributes": {"latency": u64::MAX}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{problem}");
+    let (_, toxic) = api.get("/proxies/edge/toxics/slow").await;
+    assert_eq!(toxic["attributes"]["latency"], 1, "unchanged: {toxic}");
+}

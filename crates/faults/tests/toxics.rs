@@ -10,7 +10,11 @@ use std::{io::ErrorKind, time::Duration};
 use shopeasy_faults::{FaultProxy, ProxyConfig, Stream, Toxic, ToxicKind};
 use shopeasy_testkit::assert_eventually;
 use support::{connect, echo, read_to_end, round_trip, sender};
-use tokio::{io::AsyncWriteExt, net::TcpStream, time::Instant};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+    time::Instant,
+};
 
 const LIMIT: Duration = Duration::from_secs(5);
 
@@ -443,4 +447,189 @@ async fn no_toxics_adds_little_to_a_round_trip() {
         added < Duration::from_millis(1),
         "the proxy added {added:?}"
     );
+}
+
+/// How long a test gives a chunk already in delivery to come through once
+/// its toxic is gone: far less than the toxic would have held it.
+const HEALED: Duration = Duration::from_secs(2);
+
+/// Writes `request` on `client`, waits until the echo `upstream` has it,
+/// and gives the proxy a moment to take the echoed answer in: the answer is
+/// then in the proxy, held by its downstream toxic.
+async fn answer_in_flight(client: &mut TcpStream, upstream: &support::Upstream, request: &[u8]) {
+    client.write_all(request).await.unwrap();
+    assert_eventually(LIMIT, "the request reached the upstream", async || {
+        upstream.received() == request.len()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// Reads exactly `n` bytes within `limit`.
+async fn read_n(client: &mut TcpStream, n: usize, limit: Duration) -> Vec<u8> {
+    let mut buf = vec![0u8; n];
+    tokio::time::timeout(limit, client.read_exact(&mut buf))
+        .await
+        .unwrap_or_else(|_| panic!("{n} bytes did not come within {limit:?}"))
+        .unwrap();
+    buf
+}
+
+#[tokio::test]
+async fn removing_latency_releases_an_answer_it_already_holds() {
+    let upstream = echo().await;
+    let proxy = proxy_to(upstream.addr).await;
+    proxy
+        .add_toxic(Toxic::new(
+            ToxicKind::Latency {
+                latency: 10_000,
+                jitter: 0,
+            },
+            Stream::Downstream,
+        ))
+        .unwrap();
+    let mut client = connect(proxy.listen_addr()).await;
+    answer_in_flight(&mut client, &upstream, b"ping").await;
+    proxy.remove_toxic("latency_downstream").unwrap();
+    assert_eq!(read_n(&mut client, 4, HEALED).await, b"ping");
+}
+
+#[tokio::test]
+async fn removing_bandwidth_releases_the_rest_of_a_chunk_it_is_pacing() {
+    let upstream = echo().await;
+    let proxy = proxy_to(upstream.addr).await;
+    // 1 KB/s: the 20 KB answer would take 20 s.
+    proxy
+        .add_toxic(Toxic::new(
+            ToxicKind::Bandwidth { rate: 1 },
+            Stream::Downstream,
+        ))
+        .unwrap();
+    let mut client = connect(proxy.listen_addr()).await;
+    client.write_all(&[6u8; 20_000]).await.unwrap();
+    let first = read_n(&mut client, 100, LIMIT).await;
+    proxy.remove_toxic("bandwidth_downstream").unwrap();
+    let rest = read_n(&mut client, 20_000 - first.len(), HEALED).await;
+    assert!(rest.iter().all(|b| *b == 6));
+}
+
+#[tokio::test]
+async fn a_black_hole_added_mid_chunk_drops_the_rest_of_it() {
+    let upstream = echo().await;
+    let proxy = proxy_to(upstream.addr).await;
+    // 1 KB/s: 100 bytes every 100 ms for 20 s.
+    proxy
+        .add_toxic(Toxic::new(
+            ToxicKind::Bandwidth { rate: 1 },
+            Stream::Downstream,
+        ))
+        .unwrap();
+    let mut client = connect(proxy.listen_addr()).await;
+    client.write_all(&[6u8; 20_000]).await.unwrap();
+    read_n(&mut client, 100, LIMIT).await;
+    proxy
+        .add_toxic(Toxic::new(
+            ToxicKind::Timeout { timeout: 0 },
+            Stream::Downstream,
+        ))
+        .unwrap();
+    // At most the piece written as the toxic came; still trickling, a
+    // second would bring about ten.
+    let (after, end) = read_to_end(&mut client, Duration::from_secs(1)).await;
+    assert_eq!(end.unwrap_err().kind(), ErrorKind::TimedOut, "still open");
+    assert!(
+        after.len() <= 100,
+        "{} bytes passed the black hole",
+        after.len()
+    );
+}
+
+#[tokio::test]
+async fn removing_reset_peer_before_it_fires_lets_the_answer_through() {
+    let upstream = echo().await;
+    let proxy = proxy_to(upstream.addr).await;
+    proxy
+        .add_toxic(Toxic::new(
+            ToxicKind::ResetPeer { timeout: 10_000 },
+            Stream::Downstream,
+        ))
+        .unwrap();
+    let mut client = connect(proxy.listen_addr()).await;
+    answer_in_flight(&mut client, &upstream, b"ping").await;
+    proxy.remove_toxic("reset_peer_downstream").unwrap();
+    assert_eq!(read_n(&mut client, 4, HEALED).await, b"ping");
+    round_trip(&mut client, b"again", LIMIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn removing_slow_close_passes_a_held_close_on() {
+    let upstream = sender(b"bye").await;
+    let proxy = proxy_to(upstream.addr).await;
+    proxy
+        .add_toxic(Toxic::new(
+            ToxicKind::SlowClose { delay: 10_000 },
+            Stream::Downstream,
+        ))
+        .unwrap();
+    let mut client = connect(proxy.listen_addr()).await;
+    assert_eq!(read_n(&mut client, 3, LIMIT).await, b"bye");
+    // The upstream closed right after "bye": give the close time to reach
+    // the proxy (with the toxic still there, the client must not see it).
+    let (_, held) = read_to_end(&mut client, Duration::from_millis(200)).await;
+    assert_eq!(held.unwrap_err().kind(), ErrorKind::TimedOut);
+    proxy.remove_toxic("slow_close_downstream").unwrap();
+    let (data, end) = read_to_end(&mut client, HEALED).await;
+    assert!(data.is_empty());
+    assert!(end.is_ok(), "closed once the toxic was removed: {end:?}");
+}
+
+/// In process nothing bounds the attributes (the API does): values that
+/// overflowed the proxy's arithmetic (a debug build panicked in the
+/// connection's task, dropping the connection) saturate instead.
+#[tokio::test]
+async fn huge_attributes_set_in_process_saturate_instead_of_dropping_the_connection() {
+    let upstream = echo().await;
+    let proxy = proxy_to(upstream.addr).await;
+    for toxic in [
+        Toxic::new(ToxicKind::Bandwidth { rate: u64::MAX }, Stream::Downstream),
+        Toxic::new(
+            ToxicKind::Slicer {
+                average_size: u64::MAX,
+                size_variation: u64::MAX / 2,
+                delay: 0,
+            },
+            Stream::Downstream,
+        ),
+    ] {
+        proxy.add_toxic(toxic).unwrap();
+    }
+    let mut client = connect(proxy.listen_addr()).await;
+    round_trip(&mut client, &vec![4u8; 100_000], LIMIT)
+        .await
+        .unwrap();
+
+    // Two latencies of u64::MAX ms: their sum saturates, "for ever".
+    for name in ["forever", "and_ever"] {
+        proxy
+            .add_toxic(
+                Toxic::new(
+                    ToxicKind::Latency {
+                        latency: u64::MAX,
+                        jitter: 0,
+                    },
+                    Stream::Upstream,
+                )
+                .named(name),
+            )
+            .unwrap();
+    }
+    let held = round_trip(&mut client, b"ping", Duration::from_millis(300)).await;
+    assert_eq!(
+        held.unwrap_err().kind(),
+        ErrorKind::TimedOut,
+        "held, the connection still open"
+    );
+    proxy.remove_toxic("forever").unwrap();
+    proxy.remove_toxic("and_ever").unwrap();
+    assert_eq!(read_n(&mut client, 4, HEALED).await, b"ping");
 }

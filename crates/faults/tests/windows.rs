@@ -398,3 +398,83 @@ async fn a_restarted_proxy_continues_its_open_windows() {
             .all(|w| w.ended_by.is_some() && w.ended_unix_ms >= Some(w.started_unix_ms))
     );
 }
+
+/// A handle kept across a restart (or a removal) points at a stopped
+/// proxy: a toxic change through it is refused, where it used to land on
+/// the stopped proxy and be lost (an add, its window left open for ever)
+/// or undo nothing on the successor while closing its window (a removal).
+/// The API's handlers hold such a handle between looking the proxy up and
+/// changing it, so a change racing a restart hit this.
+#[tokio::test]
+async fn a_stale_handle_cannot_change_the_toxics_of_a_restarted_or_removed_proxy() {
+    let proxies = Proxies::with_seed(5);
+    let upstream = echo().await;
+    let old = proxies
+        .create(shopeasy_faults::ProxyConfig::new(
+            "order-inventory",
+            upstream.addr.to_string(),
+        ))
+        .await
+        .unwrap();
+    let slow = Toxic::new(
+        ToxicKind::Latency {
+            latency: 1,
+            jitter: 0,
+        },
+        Stream::Downstream,
+    )
+    .named("slow");
+    old.add_toxic(slow.clone()).unwrap();
+    let other = echo().await;
+    let restarted = proxies
+        .update(
+            "order-inventory",
+            shopeasy_faults::ProxyUpdate {
+                upstream: Some(other.addr.to_string()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+
+    let hang = Toxic::new(ToxicKind::Timeout { timeout: 0 }, Stream::Upstream).named("hang");
+    assert!(matches!(
+        old.add_toxic(hang.clone()),
+        Err(shopeasy_faults::Error::ProxyNotFound)
+    ));
+    assert!(matches!(
+        old.update_toxic(slow.clone()),
+        Err(shopeasy_faults::Error::ProxyNotFound)
+    ));
+    assert!(matches!(
+        old.remove_toxic("slow"),
+        Err(shopeasy_faults::Error::ProxyNotFound)
+    ));
+    old.remove_all_toxics();
+    assert_eq!(
+        restarted.toxics(),
+        std::slice::from_ref(&slow),
+        "the toxic goes on"
+    );
+    let open: Vec<String> = proxies
+        .windows("order-inventory", None)
+        .unwrap()
+        .windows
+        .into_iter()
+        .filter(|w| w.ended_by.is_none())
+        .map(|w| w.toxic)
+        .collect();
+    assert_eq!(open, ["slow"], "its window too, and no other opened");
+
+    proxies.remove("order-inventory").await.unwrap();
+    assert!(matches!(
+        restarted.add_toxic(hang),
+        Err(shopeasy_faults::Error::ProxyNotFound)
+    ));
+    let history = proxies.windows("order-inventory", None).unwrap();
+    assert!(
+        history.windows.iter().all(|w| w.ended_by.is_some()),
+        "a removed proxy opens no window: {:?}",
+        history.windows
+    );
+}
