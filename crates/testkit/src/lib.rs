@@ -228,26 +228,44 @@ pub fn key_prefix() -> String {
 /// meanwhile, so the server cannot bind it (seen as a process that never
 /// became ready, or a gateway's connection refused).
 ///
+/// A port is never handed out twice in one test process: a port chosen
+/// for one server is still free until that server binds it, so without
+/// this two servers of one test could be given the same port (seen: an
+/// admin listener and a service's listener, one of them failing with
+/// `Address already in use`).
+///
 /// # Panics
 /// When no port can be bound.
 pub fn free_port() -> u16 {
+    use std::{
+        collections::HashSet,
+        sync::{LazyLock, Mutex, PoisonError},
+    };
     const FLOOR: u16 = 10_000;
+    static GIVEN: LazyLock<Mutex<HashSet<u16>>> = LazyLock::new(Mutex::default);
+    let mut given = GIVEN.lock().unwrap_or_else(PoisonError::into_inner);
     let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
         .unwrap_or(32_768);
     if low > FLOOR + 1_000 {
-        for _ in 0..64 {
+        for _ in 0..256 {
             let port = rand::random_range(FLOOR..low);
-            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                given.insert(port);
                 return port;
             }
         }
     }
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        if given.insert(port) {
+            return port;
+        }
+    }
 }
 
 /// A `redis-server` of the test's own on an ephemeral port, killed on drop.
@@ -359,5 +377,19 @@ impl Drop for PrivateRedis {
     fn drop(&mut self) {
         self.thaw();
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Far more ports than one test asks for, from a range of about 22,000:
+    /// chosen at random alone, some would repeat (about 90 pairs expected).
+    #[test]
+    fn a_port_is_never_handed_out_twice() {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..2_000 {
+            let port = super::free_port();
+            assert!(seen.insert(port), "port {port} handed out twice");
+        }
     }
 }
