@@ -596,7 +596,7 @@ async fn with_no_keys_ever_fetched_order_routes_answer_503_and_products_still_wo
             fetch_retries: 0,
             fetch_timeout_seconds: Seconds::new(0.5),
             fetch_deadline_seconds: Seconds::new(1.0),
-            min_refresh_interval_seconds: Seconds::new(0.0),
+            min_refresh_interval_seconds: Seconds::new(1.0),
             ..AuthSettings::for_jwks(format!("http://{closed}/jwks.json"))
         };
     })

@@ -36,6 +36,12 @@ pub enum AuthError {
     /// secret `HS*`) or do not know.
     #[error("the token's algorithm is not accepted")]
     UnsupportedAlgorithm,
+    /// The header's `typ` is absent or not one of `auth.token_types`
+    /// (RFC 9068 §4: an access token says `at+jwt`), so the token is not
+    /// an access token — an OpenID Connect ID token, say — even if the
+    /// issuer signed it for our audience.
+    #[error("the token is not an access token (its typ is not accepted)")]
+    WrongTokenType,
     /// No key of the issuer has the token's `kid` (after one refresh).
     #[error("the token's signing key is unknown")]
     UnknownKey,
@@ -175,6 +181,7 @@ mod tests {
             AuthError::Missing,
             AuthError::Malformed,
             AuthError::UnsupportedAlgorithm,
+            AuthError::WrongTokenType,
             AuthError::UnknownKey,
             AuthError::BadSignature,
             AuthError::Expired,

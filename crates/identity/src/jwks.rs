@@ -20,7 +20,10 @@
 //!   cost us a map lookup, not a request to the provider;
 //! - **background refresh**: keys older than `refresh_interval` are
 //!   refreshed without making the request that noticed wait, so a key the
-//!   provider has rotated out stops verifying.
+//!   provider has rotated out stops verifying. While the provider is down
+//!   the keys stay old, so the next attempt is paced by the last *attempt*
+//!   (one per `min_refresh_interval`), not by the last success: requests
+//!   meanwhile start nothing and count nothing.
 //!
 //! Why "exactly one fetch" holds: each refresh is led by one caller of
 //! [`SingleFlight::join`]; the leader's closure first compares the cache's
@@ -62,9 +65,11 @@ pub struct JwksConfig {
     pub fetch_deadline: Duration,
     /// Retries within one refresh.
     pub fetch_retries: u32,
-    /// Shortest time between the starts of two refreshes.
+    /// Shortest time between the starts of two refreshes, successful or
+    /// not.
     pub min_refresh_interval: Duration,
-    /// Age after which keys are refreshed in the background.
+    /// Age after which keys are refreshed in the background (retried
+    /// every `min_refresh_interval` while refreshes fail).
     pub refresh_interval: Duration,
 }
 
@@ -229,16 +234,23 @@ impl JwksCache {
     }
 
     /// Starts a refresh in the background when the keys are older than
-    /// `refresh_interval` (the caller does not wait; the old keys serve
+    /// `refresh_interval` and no refresh started within
+    /// `min_refresh_interval` (the caller does not wait; the old keys serve
     /// meanwhile). Cheap when nothing is due.
+    ///
+    /// Both conditions matter: a failed refresh leaves the keys as old as
+    /// they were, so by age alone every request while the provider is down
+    /// would start a refresh, be throttled, and count
+    /// `outcome="throttled"`. Pacing by the last attempt makes that one
+    /// attempt per `min_refresh_interval`.
     pub fn refresh_if_stale(&self) {
-        let due = {
+        let stale = {
             let state = self.inner.read();
             state
                 .fetched_at
                 .is_some_and(|at| at.elapsed() >= self.inner.config.refresh_interval)
         };
-        if due {
+        if stale && self.inner.may_start() {
             let seen = self.snapshot().generation;
             drop(self.start(seen));
         }
@@ -289,11 +301,24 @@ impl Inner {
     fn claim_start(&self) -> bool {
         let mut last = self.last_start.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
-        if last.is_some_and(|t| now.duration_since(t) < self.config.min_refresh_interval) {
+        if !self.interval_passed(*last, now) {
             return false;
         }
         *last = Some(now);
         true
+    }
+
+    /// Whether [`Inner::claim_start`] would succeed now, without taking
+    /// the right (the background check asks before starting a flight).
+    fn may_start(&self) -> bool {
+        let last = *self.last_start.lock().unwrap_or_else(|p| p.into_inner());
+        self.interval_passed(last, Instant::now())
+    }
+
+    /// Whether `min_refresh_interval` has passed between the start of the
+    /// last refresh (successful or not) and `now`.
+    fn interval_passed(&self, last: Option<Instant>, now: Instant) -> bool {
+        last.is_none_or(|t| now.duration_since(t) >= self.config.min_refresh_interval)
     }
 
     /// Publishes a finished refresh: new keys replace the old on success;

@@ -7,6 +7,7 @@
 //! algorithms is what stops algorithm confusion (an RS256 public key used as
 //! an HS256 secret).
 
+use base64::Engine;
 use jsonwebtoken::{
     Algorithm, DecodingKey,
     jwk::{AlgorithmParameters, EllipticCurve, Jwk, PublicKeyUse},
@@ -73,8 +74,9 @@ pub struct KeySet {
 impl KeySet {
     /// Parses a JWKS document, keeping up to [`MAX_KEYS`] usable signing
     /// keys and skipping the rest (encryption keys, symmetric keys, unknown
-    /// types or curves, keys that do not parse), so one odd key in a
-    /// provider's set does not stop the others from working.
+    /// types or curves, keys that do not parse or whose parts have the
+    /// wrong length), so one odd key in a provider's set does not stop the
+    /// others from working.
     ///
     /// # Errors
     /// [`KeyError::NotJwks`] for a document of another shape,
@@ -178,16 +180,34 @@ fn from_jwk(jwk: &Jwk) -> Option<VerifyKey> {
     if matches!(jwk.common.public_key_use, Some(ref u) if *u != PublicKeyUse::Signature) {
         return None;
     }
+    // Each part must have its curve's exact length (RFC 8037 §2, RFC 7518
+    // §6.2.1.2): `jsonwebtoken` checks only that it decodes, and a short
+    // Ed25519 `x` makes its verifier panic (it slices `[..32]`), on the
+    // request that tries the key.
     let family: Vec<Algorithm> = match &jwk.algorithm {
         AlgorithmParameters::OctetKeyPair(p) if p.curve == EllipticCurve::Ed25519 => {
+            if decoded_len(&p.x)? != 32 {
+                return None;
+            }
             vec![Algorithm::EdDSA]
         }
-        AlgorithmParameters::EllipticCurve(p) => match p.curve {
-            EllipticCurve::P256 => vec![Algorithm::ES256],
-            EllipticCurve::P384 => vec![Algorithm::ES384],
-            _ => return None,
-        },
-        AlgorithmParameters::RSA(_) => rsa_algorithms(),
+        AlgorithmParameters::EllipticCurve(p) => {
+            let (size, algorithm) = match p.curve {
+                EllipticCurve::P256 => (32, Algorithm::ES256),
+                EllipticCurve::P384 => (48, Algorithm::ES384),
+                _ => return None,
+            };
+            if decoded_len(&p.x)? != size || decoded_len(&p.y)? != size {
+                return None;
+            }
+            vec![algorithm]
+        }
+        AlgorithmParameters::RSA(p) => {
+            if decoded_len(&p.n)? == 0 || decoded_len(&p.e)? == 0 {
+                return None;
+            }
+            rsa_algorithms()
+        }
         // Symmetric (`oct`) and unknown key types are never used.
         _ => return None,
     };
@@ -209,6 +229,14 @@ fn from_jwk(jwk: &Jwk) -> Option<VerifyKey> {
         algorithms,
         key,
     })
+}
+
+/// The length of a JWK's base64url part, `None` when it does not decode.
+fn decoded_len(part: &str) -> Option<usize> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(part)
+        .ok()
+        .map(|bytes| bytes.len())
 }
 
 #[cfg(test)]
@@ -247,5 +275,44 @@ mod tests {
             Err(KeyError::NotJwks(_))
         ));
         assert_eq!(KeySet::from_pem("nope").err(), Some(KeyError::BadPem));
+    }
+
+    fn b64(bytes: &[u8]) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    /// Keys whose parts decode but have the wrong length are skipped at
+    /// load. Fails without the length checks: every one of them was kept
+    /// (and the short Ed25519 key panicked the request that tried it).
+    #[test]
+    fn keys_with_parts_of_the_wrong_length_are_skipped() {
+        let (b16, b32, b48) = (b64(&[7; 16]), b64(&[7; 32]), b64(&[7; 48]));
+        let doc = format!(
+            r#"{{"keys":[
+                {{"kty":"OKP","crv":"Ed25519","x":"{b16}","kid":"short-okp"}},
+                {{"kty":"OKP","crv":"Ed25519","x":"{b48}","kid":"long-okp"}},
+                {{"kty":"EC","crv":"P-256","x":"{b16}","y":"{b32}","kid":"short-x"}},
+                {{"kty":"EC","crv":"P-256","x":"{b32}","y":"{b48}","kid":"long-y"}},
+                {{"kty":"EC","crv":"P-384","x":"{b32}","y":"{b32}","kid":"p384-of-p256-size"}},
+                {{"kty":"RSA","n":"","e":"AQAB","kid":"no-n"}},
+                {{"kty":"RSA","n":"{b32}","e":"","kid":"no-e"}},
+                {ED}
+            ]}}"#
+        );
+        let set = KeySet::from_jwks(doc.as_bytes()).expect("the one good key");
+        let kids: Vec<_> = set.keys().iter().map(|k| k.kid.as_deref()).collect();
+        assert_eq!(kids, [Some("ed")]);
+
+        let right = format!(
+            r#"{{"keys":[
+                {{"kty":"EC","crv":"P-256","x":"{b32}","y":"{b32}","kid":"p256"}},
+                {{"kty":"EC","crv":"P-384","x":"{b48}","y":"{b48}","kid":"p384"}},
+                {{"kty":"RSA","n":"{b32}","e":"AQAB","kid":"rsa"}}
+            ]}}"#
+        );
+        // Right lengths are kept (whether the point is on its curve is
+        // found when a token is checked; the verifier then tries the next
+        // key).
+        assert_eq!(KeySet::from_jwks(right.as_bytes()).expect("kept").len(), 3);
     }
 }

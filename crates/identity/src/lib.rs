@@ -9,12 +9,14 @@
 //! # The pieces
 //!
 //! - [`settings`]: [`AuthSettings`], the `auth.*` keys a service embeds.
-//! - [`verifier`]: [`Verifier`] checks the algorithm, finds the key,
-//!   verifies the signature, then `exp`/`nbf` (with a leeway), `iss`, `aud`
-//!   and `sub`, and returns typed [`Claims`]; [`Authenticated`] is the same
-//!   as an axum extractor. A token that passed every check is kept until
-//!   it expires or the keys change (`verified`), so a customer's next
-//!   request costs a look-up, not a signature check.
+//! - [`verifier`]: [`Verifier`] checks the algorithm and the `typ` (an
+//!   access token, RFC 9068, unless `auth.token_types` says otherwise),
+//!   finds the key, verifies the signature, then `exp`/`nbf` (with a
+//!   leeway), `iss`, `aud` and `sub`, and returns typed [`Claims`];
+//!   [`Authenticated`] is the same as an axum extractor. A token that
+//!   passed every check is kept until it expires or the keys change
+//!   (`verified`), so a customer's next request costs a look-up, not a
+//!   signature check.
 //! - [`jwks`]: [`JwksCache`], the issuer's keys fetched as a resilient
 //!   call — deadline, budgeted jittered retries, stale keys while the
 //!   provider is down, single-flight refresh on an unknown `kid`, a minimum

@@ -9,6 +9,14 @@
 use serde::{Deserialize, Serialize};
 use shopeasy_runtime::settings::{Seconds, Validator};
 
+/// The `typ` of an RFC 9068 access token, the only one accepted by default.
+pub const DEFAULT_TOKEN_TYPE: &str = "at+jwt";
+
+/// Shortest `min_refresh_interval_seconds` accepted: below a second the
+/// interval no longer protects the provider from made-up `kid`s (at zero,
+/// every one of them is a request to it).
+const MIN_REFRESH_FLOOR_SECONDS: f64 = 1.0;
+
 /// Where the verification keys come from and what a token must say.
 ///
 /// Exactly one key source is used: `jwks_url` (any OIDC provider's JWKS, or
@@ -28,6 +36,16 @@ pub struct AuthSettings {
     pub issuer: String,
     /// The `aud` every token must carry (one of its values must match).
     pub audience: String,
+    /// The JWT `typ` header values accepted, comma-separated (`at+jwt`,
+    /// `at+jwt,JWT`). RFC 9068 access tokens say `at+jwt`; without this
+    /// check any token the issuer signs for our audience — an OpenID
+    /// Connect ID token, say — would pass as an access token. Compared as
+    /// RFC 7515 §4.1.9 says: case-insensitively, `application/at+jwt`
+    /// equal to `at+jwt`. A token without `typ` is always refused. Keycloak
+    /// and Dex sign with `JWT` (Dex's tokens *are* ID tokens): set `JWT`
+    /// for them. A text setting rather than a list, because lists cannot
+    /// be given as one environment variable.
+    pub token_types: String,
     /// Clock skew allowed on `exp` and `nbf`, so a few seconds of drift
     /// between the issuer and us does not reject fresh tokens.
     pub leeway_seconds: u64,
@@ -55,6 +73,7 @@ impl Default for AuthSettings {
             public_key_pem: String::new(),
             issuer: "shopeasy-demo".into(),
             audience: "shopeasy".into(),
+            token_types: DEFAULT_TOKEN_TYPE.into(),
             leeway_seconds: 30,
             fetch_timeout_seconds: Seconds::new(2.0),
             fetch_deadline_seconds: Seconds::new(5.0),
@@ -110,6 +129,13 @@ impl AuthSettings {
             if self.audience.trim().is_empty() {
                 v.fail("audience", "\"\"", "required: the aud tokens must carry");
             }
+            if self.accepted_token_types().is_none() {
+                v.fail(
+                    "token_types",
+                    format!("{:?}", self.token_types),
+                    "must be a comma-separated list of JWT typ values, e.g. at+jwt or at+jwt,JWT",
+                );
+            }
             v.number("leeway_seconds", self.leeway_seconds, 0..=300);
             v.seconds(
                 "fetch_timeout_seconds",
@@ -132,14 +158,42 @@ impl AuthSettings {
             v.seconds(
                 "min_refresh_interval_seconds",
                 self.min_refresh_interval_seconds,
-                0.0..=3600.0,
+                MIN_REFRESH_FLOOR_SECONDS..=3600.0,
             );
             v.seconds(
                 "refresh_interval_seconds",
                 self.refresh_interval_seconds,
                 1.0..=86_400.0,
             );
+            // A background refresh is due after refresh_interval and may
+            // start only min_refresh_interval after the last attempt: a
+            // minimum above the interval would silently stretch it.
+            if self.min_refresh_interval_seconds.as_f64() > self.refresh_interval_seconds.as_f64() {
+                v.fail(
+                    "min_refresh_interval_seconds",
+                    self.min_refresh_interval_seconds.as_f64(),
+                    "must be at most refresh_interval_seconds",
+                );
+            }
         });
+    }
+
+    /// The `typ` values of [`AuthSettings::token_types`], each as
+    /// [`normalize_token_type`] compares it; `None` when the list is empty
+    /// or an entry is not a media type name.
+    pub fn accepted_token_types(&self) -> Option<Vec<String>> {
+        let mut types = Vec::new();
+        for entry in self.token_types.split(',').map(str::trim) {
+            let plausible = !entry.is_empty()
+                && entry
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "!#$&-^_.+/".contains(c));
+            if !plausible {
+                return None;
+            }
+            types.push(normalize_token_type(entry));
+        }
+        Some(types)
     }
 
     /// The settings for a JWKS at `url` with everything else as default.
@@ -156,6 +210,18 @@ impl AuthSettings {
         let mut v = Validator::new();
         self.validate("auth", &mut v);
         v.into_errors()
+    }
+}
+
+/// A `typ` value as it is compared (RFC 7515 §4.1.9): media type names
+/// are case-insensitive, and a value without `/` stands for
+/// `application/<value>`, so `application/at+jwt`, `AT+JWT` and `at+jwt`
+/// are one type.
+pub fn normalize_token_type(typ: &str) -> String {
+    let lower = typ.trim().to_ascii_lowercase();
+    match lower.strip_prefix("application/") {
+        Some(rest) if !rest.contains('/') => rest.to_owned(),
+        _ => lower,
     }
 }
 
@@ -179,6 +245,7 @@ mod tests {
             jwks_url: "ftp://x".into(),
             issuer: " ".into(),
             audience: String::new(),
+            token_types: " , ".into(),
             leeway_seconds: 301,
             fetch_timeout_seconds: Seconds::new(3.0),
             fetch_deadline_seconds: Seconds::new(1.0),
@@ -193,6 +260,7 @@ mod tests {
                 "auth.jwks_url",
                 "auth.issuer",
                 "auth.audience",
+                "auth.token_types",
                 "auth.leeway_seconds",
                 "auth.fetch_deadline_seconds",
                 "auth.fetch_retries",
@@ -214,5 +282,91 @@ mod tests {
             ..AuthSettings::default()
         };
         assert_eq!(keys(&bad_pem), ["auth.public_key_pem"]);
+    }
+
+    /// RFC 7515 §4.1.9: `typ` is a media type, compared case-insensitively,
+    /// with `application/` implied when the value has no `/`.
+    #[test]
+    fn token_types_are_a_list_of_media_types_compared_as_rfc_7515_says() {
+        let with = |types: &str| AuthSettings {
+            token_types: types.into(),
+            ..AuthSettings::for_jwks("http://127.0.0.1:1/jwks.json")
+        };
+        assert_eq!(
+            AuthSettings::default().accepted_token_types(),
+            Some(vec!["at+jwt".to_owned()])
+        );
+        assert_eq!(
+            with(" application/AT+JWT , JWT").accepted_token_types(),
+            Some(vec!["at+jwt".to_owned(), "jwt".to_owned()])
+        );
+        assert_eq!(normalize_token_type("Application/JWT"), "jwt");
+        assert_eq!(normalize_token_type("application/x/y"), "application/x/y");
+        for bad in ["", " ", "at+jwt,", "at jwt", "at+jwt;q=1", "\u{1}jwt"] {
+            assert_eq!(keys(&with(bad)), ["auth.token_types"], "{bad:?}");
+        }
+    }
+
+    /// Without a floor, `min_refresh_interval_seconds = 0` let every
+    /// made-up `kid` reach the provider; above `refresh_interval_seconds`
+    /// it stretched the background refresh unnoticed. Fails without the
+    /// checks: both settings were accepted.
+    #[test]
+    fn the_minimum_refresh_interval_is_at_least_a_second_and_at_most_the_interval() {
+        let with = |min: f64, every: f64| AuthSettings {
+            min_refresh_interval_seconds: Seconds::new(min),
+            refresh_interval_seconds: Seconds::new(every),
+            ..AuthSettings::for_jwks("http://127.0.0.1:1/jwks.json")
+        };
+        assert!(keys(&with(1.0, 1.0)).is_empty());
+        assert!(keys(&with(10.0, 300.0)).is_empty());
+        assert_eq!(
+            keys(&with(0.0, 300.0)),
+            ["auth.min_refresh_interval_seconds"]
+        );
+        assert_eq!(
+            keys(&with(0.5, 300.0)),
+            ["auth.min_refresh_interval_seconds"]
+        );
+        let above = with(600.0, 300.0).problems();
+        assert_eq!(above.len(), 1);
+        assert_eq!(above[0].key, "auth.min_refresh_interval_seconds");
+        assert!(
+            above[0].allowed.contains("refresh_interval_seconds"),
+            "names the other setting: {}",
+            above[0].allowed
+        );
+    }
+
+    /// What deploy/README.md tells Keycloak and Dex users to set: one
+    /// environment variable, read as text (the loader has no lists).
+    #[test]
+    fn token_types_come_from_one_environment_variable() {
+        #[derive(Debug, Default, Serialize, Deserialize)]
+        #[serde(default)]
+        struct Service {
+            auth: AuthSettings,
+        }
+        impl shopeasy_runtime::settings::Settings for Service {
+            fn validate(&self, v: &mut Validator) {
+                self.auth.validate("auth", v);
+            }
+        }
+        let load = |types: &str| {
+            shopeasy_runtime::settings::Loader::new()
+                .env([
+                    ("AUTH__JWKS_URL", "http://127.0.0.1:1/jwks.json"),
+                    ("AUTH__TOKEN_TYPES", types),
+                ])
+                .load::<Service>()
+        };
+        let s = load("JWT").expect("valid");
+        assert_eq!(s.auth.accepted_token_types(), Some(vec!["jwt".to_owned()]));
+        let s = load("at+jwt,JWT").expect("valid");
+        assert_eq!(
+            s.auth.accepted_token_types(),
+            Some(vec!["at+jwt".to_owned(), "jwt".to_owned()])
+        );
+        assert!(load("").is_err(), "an empty list accepts nothing");
     }
 }

@@ -1,5 +1,6 @@
-//! Verifying a bearer token: the header, the key, the signature, then the
-//! claims — in that order, each failure a distinct [`AuthError`].
+//! Verifying a bearer token: the header (`alg`, then `typ`), the key, the
+//! signature, then the claims — in that order, each failure a distinct
+//! [`AuthError`].
 
 use std::{
     fmt,
@@ -22,7 +23,7 @@ use crate::{
     error::{AuthError, ConfigError},
     jwks::{FetchError, JwksCache, JwksConfig},
     keys::KeySet,
-    settings::AuthSettings,
+    settings::{AuthSettings, normalize_token_type},
     verified::VerifiedTokens,
 };
 
@@ -159,6 +160,8 @@ struct Inner {
     keys: Keys,
     issuer: String,
     audience: String,
+    /// The `typ` values accepted, normalised ([`normalize_token_type`]).
+    token_types: Vec<String>,
     leeway: u64,
     /// Tokens that passed every check, until they expire or the keys
     /// change (the verified-token cache).
@@ -177,6 +180,7 @@ impl fmt::Debug for Verifier {
         let mut d = f.debug_struct("Verifier");
         d.field("issuer", &self.inner.issuer)
             .field("audience", &self.inner.audience)
+            .field("token_types", &self.inner.token_types)
             .field("leeway", &self.inner.leeway);
         match &self.inner.keys {
             Keys::Fixed(k) => d.field("keys", &k.len()),
@@ -218,6 +222,8 @@ impl Verifier {
                 keys,
                 issuer: settings.issuer.clone(),
                 audience: settings.audience.clone(),
+                // Validated above: a non-empty list.
+                token_types: settings.accepted_token_types().unwrap_or_default(),
                 leeway: settings.leeway_seconds,
                 verified: VerifiedTokens::default(),
                 signature_checks: AtomicU64::new(0),
@@ -276,7 +282,8 @@ impl Verifier {
         self.verify(token).await
     }
 
-    /// Verifies `token`: an accepted algorithm, a key of the issuer's (one
+    /// Verifies `token`: an accepted algorithm, an accepted `typ`
+    /// (`auth.token_types`, RFC 9068 §4), a key of the issuer's (one
     /// refresh on an unknown `kid`), the signature, then `exp`/`nbf` (with
     /// the leeway), `iss`, `aud` and `sub`.
     ///
@@ -335,6 +342,12 @@ impl Verifier {
     async fn verify_in_full(&self, token: &str) -> Result<(Claims, Arc<KeySet>), AuthError> {
         self.inner.signature_checks.fetch_add(1, Ordering::Relaxed);
         let header = TokenHeader::parse(token)?;
+        // Before any key is looked for: an ID token (or any other JWT the
+        // issuer signs for our audience) is not an access token, however
+        // valid its signature (RFC 9068 §4).
+        if !self.accepts_type(header.typ.as_deref()) {
+            return Err(AuthError::WrongTokenType);
+        }
         let keys = self.keys_for(&header).await?;
         // A configured PEM key has no `kid`: it is checked whatever `kid`
         // the token names.
@@ -343,22 +356,45 @@ impl Verifier {
             Keys::Jwks(_) => header.kid.as_deref(),
         };
         let validation = self.validation(header.alg);
-        let mut last = AuthError::BadSignature;
+        // A token without a `kid` is tried against every key of its
+        // algorithm. Only a claim error ends the search: claims are checked
+        // after the signature, so the signature verified and this key is
+        // the token's. Anything else — another key's signature, or a key
+        // of the provider's that cannot verify anything (a point off its
+        // curve) — says nothing about the next key, so one broken key in a
+        // JWKS cannot make valid tokens fail.
+        let mut verdict = AuthError::BadSignature;
         for key in keys.candidates(kid, header.alg) {
             match jsonwebtoken::decode::<RawClaims>(token, key.decoding_key(), &validation) {
                 Ok(data) => return Ok((data.claims.into_claims()?, keys.clone())),
                 Err(e) => {
-                    last = map_error(e.kind());
-                    if last != AuthError::BadSignature {
-                        // The signature verified (claims are checked after
-                        // it): this key is the token's, and its verdict
-                        // stands.
-                        return Err(last);
+                    let error = map_error(e.kind());
+                    if is_claim_error(error) {
+                        return Err(error);
+                    }
+                    if is_key_error(e.kind()) {
+                        tracing::debug!(
+                            kid = ?key.kid,
+                            error = %e,
+                            "a JWKS key cannot verify; trying the next"
+                        );
+                    }
+                    // The first error more telling than a bad signature
+                    // (a signature that is not base64, say) is the answer.
+                    if verdict == AuthError::BadSignature {
+                        verdict = error;
                     }
                 }
             }
         }
-        Err(last)
+        Err(verdict)
+    }
+
+    /// Whether a token whose header says `typ` is an access token we
+    /// accept: it must have a `typ`, and it must be one of
+    /// `auth.token_types` (compared as RFC 7515 §4.1.9 says).
+    fn accepts_type(&self, typ: Option<&str>) -> bool {
+        typ.is_some_and(|typ| self.inner.token_types.contains(&normalize_token_type(typ)))
     }
 
     /// The key set to verify `header` with, refreshed once if it has no
@@ -429,6 +465,7 @@ impl Verifier {
 struct TokenHeader {
     alg: Algorithm,
     kid: Option<String>,
+    typ: Option<String>,
 }
 
 impl TokenHeader {
@@ -450,13 +487,19 @@ impl TokenHeader {
             alg: String,
             #[serde(default)]
             kid: Option<String>,
+            #[serde(default)]
+            typ: Option<String>,
         }
         let head: Head = serde_json::from_slice(&bytes).map_err(|_| AuthError::Malformed)?;
         let alg = Algorithm::from_str(&head.alg).map_err(|_| AuthError::UnsupportedAlgorithm)?;
         if !ACCEPTED.contains(&alg) {
             return Err(AuthError::UnsupportedAlgorithm);
         }
-        Ok(Self { alg, kid: head.kid })
+        Ok(Self {
+            alg,
+            kid: head.kid,
+            typ: head.typ,
+        })
     }
 }
 
@@ -483,10 +526,39 @@ fn map_error(kind: &ErrorKind) -> AuthError {
         ErrorKind::InvalidAlgorithm | ErrorKind::InvalidAlgorithmName => {
             AuthError::UnsupportedAlgorithm
         }
-        // A signature that is not even decodable, a bad key for this
-        // algorithm, JSON that is not claims: the token is broken.
+        // The key cannot verify anything (a point off its curve): as far as
+        // this token goes, its signature did not verify with this key.
+        kind if is_key_error(kind) => AuthError::BadSignature,
+        // A signature that is not even decodable, JSON that is not claims:
+        // the token is broken.
         _ => AuthError::Malformed,
     }
+}
+
+/// Whether `jsonwebtoken` refused the key rather than the token (raised
+/// before any signature check).
+fn is_key_error(kind: &ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::InvalidEcdsaKey
+            | ErrorKind::InvalidEddsaKey
+            | ErrorKind::InvalidRsaKey(_)
+            | ErrorKind::InvalidKeyFormat
+    )
+}
+
+/// Whether `error` is about the claims: found only after the signature
+/// verified, so the key that gave it is the token's and its verdict stands.
+fn is_claim_error(error: AuthError) -> bool {
+    matches!(
+        error,
+        AuthError::Expired
+            | AuthError::NotYetValid
+            | AuthError::WrongIssuer
+            | AuthError::WrongAudience
+            | AuthError::MissingClaim(_)
+            | AuthError::InvalidClaim(_)
+    )
 }
 
 /// An axum extractor for handlers that need a signed-in caller: the state

@@ -9,9 +9,11 @@ mod support;
 use std::time::Duration;
 
 use shopeasy_faults::{FaultProxy, Stream, Toxic, ToxicKind};
-use shopeasy_identity::{AuthError, Verifier};
+use shopeasy_identity::{AuthError, FetchError, Verifier};
 use shopeasy_runtime::settings::Seconds;
-use support::{Provider, claims, key, settings};
+use support::{
+    Counters, MIN_REFRESH_INTERVAL, Provider, after_min_interval, claims, key, settings,
+};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -28,6 +30,7 @@ async fn cached_keys_verify_while_the_provider_is_down_and_a_new_kid_is_fetched_
     .expect("verifier");
     let old = k1.sign(&claims("alice")).expect("sign");
     v.verify(&old).await.expect("valid while up");
+    let fetched = Instant::now();
     assert_eq!(provider.requests(), 1);
 
     // Down: the cached key keeps verifying, without calling the provider.
@@ -38,10 +41,12 @@ async fn cached_keys_verify_while_the_provider_is_down_and_a_new_kid_is_fetched_
             .expect("a cached key verifies while the provider is down");
     }
     // A token under a key we do not have yet cannot be verified now: the
-    // refresh fails (its attempts never reach the provider) and the cache
-    // keeps what it had.
+    // refresh (allowed once min_refresh_interval has passed) fails, its
+    // attempts never reaching the provider, and the cache keeps what it had.
+    after_min_interval(fetched).await;
     let new = k2.sign(&claims("bob")).expect("sign");
     assert_eq!(v.verify(&new).await.err(), Some(AuthError::UnknownKey));
+    let failed = Instant::now();
     v.verify(&old)
         .await
         .expect("still verifying after a failed refresh");
@@ -55,6 +60,7 @@ async fn cached_keys_verify_while_the_provider_is_down_and_a_new_kid_is_fetched_
     // share one fetch.
     provider.set_keys(&[&k1, &k2]);
     proxy.set_enabled(true).await;
+    after_min_interval(failed).await;
     let before = provider.requests();
     let tasks: Vec<_> = (0..50)
         .map(|_| {
@@ -151,4 +157,82 @@ async fn made_up_kids_cannot_hammer_the_provider() {
         1,
         "no refresh within min_refresh_interval of the last one"
     );
+}
+
+/// While the provider is down, stale keys are retried once per
+/// `min_refresh_interval`, not once per request: the requests in between
+/// start no refresh and count no `outcome="throttled"`, and the first due
+/// retry after the provider is back refreshes the keys.
+///
+/// Fails without the fix: once the keys were older than
+/// `refresh_interval` and a refresh had failed, every verify started a
+/// refresh that was throttled at once (`throttled` counted ~100 times).
+/// `current_thread` on purpose: the recorder is this thread's, and the
+/// refreshes' tasks run here too.
+#[tokio::test]
+async fn while_the_provider_is_down_stale_keys_are_retried_per_interval_not_per_request() {
+    let counters = Counters::default();
+    let _recorder = metrics::set_default_local_recorder(&counters);
+    let refreshes = |outcome: &str| {
+        counters.get(&format!(
+            "shopeasy_identity_jwks_refreshes_total{{outcome={outcome}}}"
+        ))
+    };
+    let (provider, addr) = Provider::start(&[&key(1)]).await;
+    let mut s = settings(format!("http://{addr}/jwks.json"));
+    // Stale after a second (the shortest the settings allow, as is the
+    // minimum interval); one attempt per refresh.
+    s.refresh_interval_seconds = MIN_REFRESH_INTERVAL.into();
+    s.fetch_retries = 0;
+    let v = Verifier::from_settings(&s).expect("verifier");
+    let cache = v.jwks().expect("a JWKS").clone();
+    let token = key(1).sign(&claims("alice")).expect("sign");
+    v.verify(&token).await.expect("valid");
+    let fetched = Instant::now();
+    assert_eq!((provider.requests(), refreshes("ok")), (1, 1));
+
+    // Down, and the keys stale: the next verify starts one background
+    // refresh (answered from the cache meanwhile), which fails.
+    provider.fail_next(u64::MAX);
+    after_min_interval(fetched).await;
+    let seen = cache.snapshot().generation;
+    v.verify(&token)
+        .await
+        .expect("the cached verdict answers while refreshing");
+    // Join that refresh and wait for its outcome (it is in flight: nothing
+    // has yielded since it started).
+    assert_eq!(
+        cache.refresh_after_miss(seen).await.err(),
+        Some(FetchError::Status(503))
+    );
+    let failed = Instant::now();
+    assert_eq!((provider.requests(), refreshes("error")), (2, 1));
+
+    for _ in 0..100 {
+        v.verify(&token)
+            .await
+            .expect("the cached key verifies while the provider is down");
+        // Let any refresh a verify started run.
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        refreshes("throttled"),
+        0,
+        "no refresh is started while the last attempt is recent"
+    );
+    if failed.elapsed() < MIN_REFRESH_INTERVAL {
+        assert_eq!(provider.requests(), 2, "no attempt within the interval");
+    }
+
+    // Back: the first verify after the interval retries, and succeeds.
+    provider.fail_next(0);
+    after_min_interval(failed).await;
+    let seen = cache.snapshot().generation;
+    v.verify(&token).await.expect("valid");
+    cache
+        .refresh_after_miss(seen)
+        .await
+        .expect("the retry refreshed the keys");
+    assert_eq!(refreshes("ok"), 2);
+    assert_eq!(refreshes("throttled"), 0);
 }

@@ -11,6 +11,7 @@ use axum::{
 };
 use shopeasy_identity::{AuthError, AuthSettings, Authenticated, Verifier};
 use support::{AUDIENCE, ISSUER, Provider, b64, claims, key, now, settings};
+use tokio::time::Instant;
 
 /// A verifier over a provider publishing key 1.
 async fn verifier() -> (Verifier, Provider) {
@@ -280,15 +281,28 @@ fn fixture(name: &str) -> String {
     .expect("fixture")
 }
 
-/// Signs `claims` with `key` under `alg` and `kid`.
+/// Signs `claims` with `key` under `alg` and `kid`, as an access token
+/// (`typ: at+jwt`; `Header::new` says `JWT`, which is refused).
 fn sign_with(
     key: &jsonwebtoken::EncodingKey,
     alg: jsonwebtoken::Algorithm,
     kid: &str,
     claims: &serde_json::Value,
 ) -> String {
+    sign_header(key, alg, Some(kid), claims)
+}
+
+/// Signs `claims` with `key` under `alg`, `kid` (`None`: no `kid`) and
+/// `typ: at+jwt`.
+fn sign_header(
+    key: &jsonwebtoken::EncodingKey,
+    alg: jsonwebtoken::Algorithm,
+    kid: Option<&str>,
+    claims: &serde_json::Value,
+) -> String {
     let mut header = jsonwebtoken::Header::new(alg);
-    header.kid = Some(kid.to_owned());
+    header.typ = Some("at+jwt".into());
+    header.kid = kid.map(str::to_owned);
     jsonwebtoken::encode(&header, claims, key).expect("sign")
 }
 
@@ -344,6 +358,9 @@ async fn a_verified_token_is_checked_once_until_its_keys_are_withdrawn() {
             "alice"
         );
     }
+    // The first verify fetched the keys; the refresh below may start once
+    // min_refresh_interval has passed since.
+    let fetched = Instant::now();
     assert_eq!(v.signature_checks(), 1, "the same bytes are verified once");
     assert_eq!(v.cached_tokens(), 1);
 
@@ -364,6 +381,7 @@ async fn a_verified_token_is_checked_once_until_its_keys_are_withdrawn() {
     // The issuer withdraws key 1: after the next refresh the cached verdict
     // no longer answers, and the token no longer verifies.
     provider.set_keys(&[&key(2)]);
+    support::after_min_interval(fetched).await;
     v.jwks()
         .expect("a JWKS")
         .refresh()
@@ -402,4 +420,133 @@ async fn a_cached_token_expires_on_time() {
     };
     assert_eq!(verdict.err(), Some(AuthError::Expired));
     assert!(now() > exp);
+}
+
+/// RFC 9068 §4: an access token says `typ: at+jwt`. Any other JWT the
+/// issuer signs for our audience — an OpenID Connect ID token says `JWT` —
+/// is refused unless `auth.token_types` names its `typ` (Keycloak, Dex); a
+/// token without `typ` is refused whatever the setting. Fails without the
+/// check: the `JWT` and `typ`-less tokens verified.
+#[tokio::test]
+async fn only_access_tokens_pass_unless_the_settings_accept_another_typ() {
+    let k = key(1);
+    let (_provider, addr) = Provider::start(&[&k]).await;
+    let token = |typ: Option<&str>| support::sign_as(&k, typ, Some(k.kid()), &claims("alice"));
+
+    let v =
+        Verifier::from_settings(&settings(format!("http://{addr}/jwks.json"))).expect("verifier");
+    for typ in ["at+jwt", "AT+JWT", "application/at+jwt"] {
+        let got = v.verify(&token(Some(typ))).await.map(|c| c.subject);
+        assert_eq!(got.ok().as_deref(), Some("alice"), "{typ}");
+    }
+    for typ in [
+        Some("JWT"),
+        Some("application/jwt"),
+        Some("secevent+jwt"),
+        None,
+    ] {
+        let got = v.verify(&token(typ)).await.err();
+        assert_eq!(got, Some(AuthError::WrongTokenType), "{typ:?}");
+    }
+    let response = AuthError::WrongTokenType.to_response();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        response.headers()[header::WWW_AUTHENTICATE]
+            .to_str()
+            .expect("ascii")
+            .contains("error=\"invalid_token\"")
+    );
+
+    // AUTH__TOKEN_TYPES=at+jwt,JWT, as deploy/README.md says for Keycloak
+    // and Dex.
+    let mut s = settings(format!("http://{addr}/jwks.json"));
+    s.token_types = "at+jwt,JWT".into();
+    let v = Verifier::from_settings(&s).expect("verifier");
+    for typ in ["JWT", "jwt", "at+jwt"] {
+        assert!(v.verify(&token(Some(typ))).await.is_ok(), "{typ}");
+    }
+    for typ in [Some("secevent+jwt"), None] {
+        let got = v.verify(&token(typ)).await.err();
+        assert_eq!(got, Some(AuthError::WrongTokenType), "{typ:?}");
+    }
+}
+
+/// A token without a `kid` is tried against every key of its algorithm,
+/// so one broken key in the provider's JWKS must not stop it: a P-256 key
+/// whose point is off the curve (its parts have the right length, so it
+/// loads, and fails only when tried) and Ed25519 keys with a short or long
+/// `x` (skipped at load), each listed before the good keys.
+///
+/// Fails without the fix: the ES256 token got `Malformed` (the loop gave
+/// up at the off-curve key's `InvalidEcdsaKey`, before any signature was
+/// checked), and the EdDSA token panicked in `jsonwebtoken` (its Ed25519
+/// verifier slices `x[..32]`).
+#[tokio::test]
+async fn one_broken_key_in_a_jwks_does_not_stop_tokens_without_a_kid() {
+    use jsonwebtoken::{Algorithm, EncodingKey, jwk::Jwk};
+    let ec = EncodingKey::from_ec_pem(fixture("test-es256-private.pem").as_bytes()).expect("ec");
+    let mut ec_jwk = Jwk::from_encoding_key(&ec, Algorithm::ES256).expect("jwk");
+    ec_jwk.common.key_id = Some("ec-good".into());
+    let ed = key(5);
+    let zeros = b64([0u8; 32]);
+    let jwks = serde_json::json!({ "keys": [
+        // (0, 0) is not a point of P-256.
+        { "kty": "EC", "crv": "P-256", "x": zeros, "y": zeros, "kid": "ec-off-curve" },
+        { "kty": "OKP", "crv": "Ed25519", "x": b64([7u8; 16]), "kid": "ed-short" },
+        { "kty": "OKP", "crv": "Ed25519", "x": b64([7u8; 48]), "kid": "ed-long" },
+        ec_jwk,
+        ed.jwk(),
+    ]});
+    let addr = support::serve(Router::new().route(
+        "/certs",
+        get(move || {
+            let jwks = jwks.clone();
+            async move { axum::Json(jwks) }
+        }),
+    ))
+    .await;
+    let v = Verifier::from_settings(&settings(format!("http://{addr}/certs"))).expect("verifier");
+
+    let es = sign_header(&ec, Algorithm::ES256, None, &claims("erin"));
+    assert_eq!(
+        v.verify(&es).await.map(|c| c.subject).ok().as_deref(),
+        Some("erin"),
+        "the good P-256 key is tried after the broken one"
+    );
+    let eddsa = support::sign_as(&ed, Some("at+jwt"), None, &claims("eddie"));
+    assert_eq!(
+        v.verify(&eddsa).await.map(|c| c.subject).ok().as_deref(),
+        Some("eddie"),
+        "the short Ed25519 key was skipped at load"
+    );
+    let keys = v.jwks().expect("a JWKS").snapshot().keys;
+    let kids: Vec<_> = keys
+        .keys()
+        .iter()
+        .filter_map(|k| k.kid.as_deref())
+        .collect();
+    assert_eq!(kids, ["ec-off-curve", "ec-good", ed.kid()]);
+
+    // Claims still end the search: an expired token signed by the good key
+    // is expired, not "no key verified it".
+    let expired = sign_header(
+        &ec,
+        Algorithm::ES256,
+        None,
+        &with(claims("erin"), |c| c["exp"] = (now() - 120).into()),
+    );
+    assert_eq!(v.verify(&expired).await.err(), Some(AuthError::Expired));
+    // A token no key signed is a bad signature, whichever keys were tried.
+    let forged = support::sign_as(&key(6), Some("at+jwt"), None, &claims("mallory"));
+    assert_eq!(v.verify(&forged).await.err(), Some(AuthError::BadSignature));
+    let forged_es = {
+        // A made-up signature over a good token: the off-curve key cannot
+        // even be made a verifier, the good one refuses the signature.
+        let ours = es.rsplit_once('.').expect("three parts").0;
+        format!("{ours}.{}", b64([1u8; 64]))
+    };
+    assert_eq!(
+        v.verify(&forged_es).await.err(),
+        Some(AuthError::BadSignature)
+    );
 }
