@@ -190,12 +190,12 @@ function drawGraph(snap) {
     g.dataset.breaker = edge.breaker || "";
     g.dataset.enabled = edge.enabled;
     const pct = edge.success_rate === null ? "idle" : `${Math.round(edge.success_rate * 100)} % ok`;
-    g.setAttribute("aria-label", `edge ${edge.name}: ${edge.request_rate.toFixed(1)}/s, ${pct}, ` +
+    g.setAttribute("aria-label", `edge ${edge.name}: ${fmt(edge.request_rate, 1)}/s, ${pct}, ` +
       `${edge.toxics.length} toxic(s), breaker ${edge.breaker || "none"}`);
     const badges = document.querySelector(`[data-badges="${edge.name}"]`);
     badges.replaceChildren();
     let y = 0;
-    y = badge(badges, y, `${edge.request_rate.toFixed(0)}/s ${pct}`, "rate", colour(edge.success_rate));
+    y = badge(badges, y, `${fmt(edge.request_rate, 0)}/s ${pct}`, "rate", colour(edge.success_rate));
     for (const t of edge.toxics) y = badge(badges, y, `☠ ${t.name}: ${t.type}`, "toxic");
     if (edge.breaker && edge.breaker !== "closed") {
       y = badge(badges, y, `breaker ${edge.breaker.replace("_", "-")}`, edge.breaker);
@@ -332,6 +332,9 @@ function stepChart(b, now) {
   return svg;
 }
 
+// The snapshot's numbers go through this: a value JSON cannot
+// hold (an infinite rate) arrives as null, and `null.toFixed` would throw
+// in the middle of drawing and blank the page.
 function fmt(v, digits = 2) {
   return v === null || v === undefined ? "—" : Number(v).toFixed(digits);
 }
@@ -406,15 +409,15 @@ function drawTables(snap) {
   $("outbox-body").textContent = !o ? "not reported"
     : o.pending === 0 ? "no order waiting"
       : o.oldest_pending_age_seconds !== null
-        ? `${o.pending} order(s) waiting; the oldest for ${o.oldest_pending_age_seconds.toFixed(1)} s`
+        ? `${o.pending} order(s) waiting; the oldest for ${fmt(o.oldest_pending_age_seconds, 1)} s`
         : `${o.pending} order(s) waiting, for at least ${((snap.at_unix_ms - o.pending_since_unix_ms) / 1000).toFixed(1)} s`;
   const l = snap.load;
   if (!l) {
     $("load-body").textContent = "Not available here: this console has no load generator (run `shopeasy load`).";
   } else {
     const statuses = Object.entries(l.statuses).map(([s, n]) => `${s === "0" ? "no answer" : s}: ${n}`).join(", ") || "—";
-    $("load-body").textContent = `${l.running ? "running" : "stopped"} · ${l.live_rate.toFixed(0)}/s live · sent ${l.sent} · ` +
-      `p50 ${l.p50_ms.toFixed(1)} ms · p99 ${l.p99_ms.toFixed(1)} ms · ${statuses}${l.error ? " · " + l.error : ""}`;
+    $("load-body").textContent = `${l.running ? "running" : "stopped"} · ${fmt(l.live_rate, 0)}/s live · sent ${l.sent} · ` +
+      `p50 ${fmt(l.p50_ms, 1)} ms · p99 ${fmt(l.p99_ms, 1)} ms · ${statuses}${l.error ? " · " + l.error : ""}`;
   }
   const orders = $("order-list");
   if (snap.orders.length) {

@@ -30,9 +30,40 @@ pub enum ConsoleError {
     /// This console has no such part (no load generator, no gateway).
     #[error("{0}")]
     NotAvailable(String),
-    /// The fault API or the gateway did not answer.
+    /// The path is a control, but not for this method (`allow` is its
+    /// method).
+    #[error("{detail}")]
+    WrongMethod {
+        /// The method the path takes, for the `Allow` header.
+        allow: &'static str,
+        /// What was refused and what to send instead.
+        detail: String,
+    },
+    /// The gateway refused a purchase: its status and public `detail`
+    /// (out of stock, overloaded), passed on as a 502.
     #[error("{0}")]
-    Upstream(String),
+    Refused(String),
+    /// A part of the system behind the console (the fault API, the
+    /// gateway, the load generator) failed. Its `cause` may name internal
+    /// addresses, so it is logged and never returned: the detail names only
+    /// which part failed.
+    #[error("{upstream} failed; the console's log says why")]
+    Upstream {
+        /// Which part, as the page names it (`"the fault API"`).
+        upstream: &'static str,
+        /// What went wrong (logged only).
+        cause: String,
+    },
+}
+
+impl ConsoleError {
+    /// [`ConsoleError::Upstream`]: `upstream` failed because of `cause`.
+    pub fn upstream(upstream: &'static str, cause: impl std::fmt::Display) -> Self {
+        Self::Upstream {
+            upstream,
+            cause: cause.to_string(),
+        }
+    }
 }
 
 impl IntoResponse for ConsoleError {
@@ -57,8 +88,26 @@ impl IntoResponse for ConsoleError {
                 "Not available here",
                 detail,
             ),
-            Self::Upstream(_) => {
-                tracing::warn!(error = %detail, "console upstream failed");
+            Self::WrongMethod { allow, .. } => {
+                let mut res = Problem::new(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method-not-allowed",
+                    "Method not allowed",
+                    detail,
+                )
+                .into_response();
+                res.headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static(allow));
+                return res;
+            }
+            Self::Refused(_) => Problem::new(
+                StatusCode::BAD_GATEWAY,
+                "upstream",
+                "Upstream refused",
+                detail,
+            ),
+            Self::Upstream { upstream, cause } => {
+                tracing::warn!(upstream = *upstream, %cause, "console upstream failed");
                 Problem::new(
                     StatusCode::BAD_GATEWAY,
                     "upstream",

@@ -10,11 +10,16 @@ use std::{collections::BTreeMap, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
+/// The lowest rate a run may ask for, per second.
+pub const MIN_RATE: f64 = 1.0;
+/// The highest rate a run may ask for, per second.
+pub const MAX_RATE: f64 = 5000.0;
+
 /// What the page asks the generator for (a JSON object only).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
 #[serde(remote = "Self")]
 pub struct LoadRequest {
-    /// Requests per second, (0, 5000].
+    /// Requests per second, [`MIN_RATE`]..=[`MAX_RATE`].
     pub rate: f64,
     /// Share of reads (the rest are orders), 0..=1.
     pub read_share: f64,
@@ -35,9 +40,12 @@ impl LoadRequest {
     /// # Errors
     /// The first value out of range, named.
     pub fn validate(&self) -> Result<(), String> {
-        if !(self.rate > 0.0 && self.rate <= 5000.0) {
+        // At least one a second, as the page's input (`min="1"`): the
+        // generator paces sends `1 / rate` apart, and a rate near zero
+        // makes that gap too long for a `Duration` (the launcher panicked).
+        if !(self.rate >= MIN_RATE && self.rate <= MAX_RATE) {
             return Err(format!(
-                "rate {} is outside (0, 5000] per second",
+                "rate {} is outside [{MIN_RATE}, {MAX_RATE}] per second",
                 self.rate
             ));
         }
@@ -100,7 +108,8 @@ pub trait LoadControl: Send + Sync + std::fmt::Debug + 'static {
     /// Starts a run (stopping any run in progress first).
     ///
     /// # Errors
-    /// When the generator cannot start (the reason is shown on the page).
+    /// When the generator refuses the request (the reason is the page's
+    /// 400 detail: it is about the request, not about the system).
     fn start(&self, request: LoadRequest) -> Result<(), String>;
 
     /// Stops the run in progress, if any.
@@ -134,6 +143,24 @@ mod tests {
         assert_eq!(serde_json::from_str::<LoadRequest>(&text).unwrap(), r);
         let e = serde_json::from_str::<LoadRequest>("[10, 1, 60]").unwrap_err();
         assert!(e.to_string().contains("expected a JSON object"), "{e}");
+    }
+
+    /// A rate of 1e-20 passed `rate > 0` and the launcher then panicked
+    /// making `Duration::from_secs_f64(1 / rate)`: the floor is the page's
+    /// own `min="1"`.
+    #[test]
+    fn a_rate_below_one_a_second_is_refused_and_named() {
+        let ok = LoadRequest {
+            rate: 1.0,
+            read_share: 1.0,
+            duration_seconds: 10.0,
+        };
+        ok.validate().unwrap();
+        for rate in [1e-20, f64::MIN_POSITIVE, 0.5, 0.999, -1.0, f64::NAN, 5000.5] {
+            let e = LoadRequest { rate, ..ok }.validate().unwrap_err();
+            assert!(e.contains("rate"), "{rate}: {e}");
+        }
+        LoadRequest { rate: 5000.0, ..ok }.validate().unwrap();
     }
 
     #[test]

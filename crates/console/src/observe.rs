@@ -191,13 +191,13 @@ impl Observer {
             if let Some(previous) = memory.history.back().map(|p| p.state.clone()) {
                 // Each close ends a successful trial; each open but the one
                 // from `closed` ends a failed one.
-                let new_closes = (closed - memory.closed).max(0.0) as usize;
-                let mut new_opens = (opened - memory.opened).max(0.0) as usize;
+                let new_closes = growth(closed, memory.closed);
+                let mut new_opens = growth(opened, memory.opened);
                 if previous == "closed" && new_opens > 0 {
                     new_opens -= 1;
                 }
-                for ok in std::iter::repeat_n(false, new_opens)
-                    .chain(std::iter::repeat_n(true, new_closes))
+                for ok in std::iter::repeat_n(false, new_opens.min(TRIALS))
+                    .chain(std::iter::repeat_n(true, new_closes.min(TRIALS)))
                 {
                     push_bounded(&mut memory.trials, Trial { at_unix_ms: at, ok }, TRIALS);
                 }
@@ -242,6 +242,17 @@ impl Observer {
     }
 }
 
+/// How many times a transition count grew since the last round, at most
+/// one more than the trial ring holds: the ring keeps only its last
+/// [`TRIALS`], so more would change nothing shown, and a count read as
+/// 1e20 (or +Inf) must not become ~1.8e19 pushes into a 32-slot ring —
+/// the loop would spin for ever and no snapshot would follow.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+fn growth(now: f64, before: f64) -> usize {
+    // `max` first: it turns NaN into 0; the cast of what is left is exact.
+    (now - before).max(0.0).min((TRIALS + 1) as f64) as usize
+}
+
 /// Counter readings of this round, and the rates against the last one.
 struct Round<'a> {
     dt: Option<f64>,
@@ -251,12 +262,14 @@ struct Round<'a> {
 
 impl Round<'_> {
     /// Records counter `key` at `value`; its growth since the last round
-    /// (0 on the first round or after a restart).
+    /// (0 on the first round, after a restart, or when it is not a finite
+    /// number: a counter read as +Inf grows by +Inf, then by NaN, and the
+    /// snapshot's JSON would carry `null` where the page expects a number).
     fn delta(&mut self, key: String, value: f64) -> f64 {
         let before = self.previous.get(&key).copied();
         self.current.insert(key, value);
         match before {
-            Some(b) if value >= b && self.dt.is_some() => value - b,
+            Some(b) if value >= b && self.dt.is_some() => finite(value - b),
             _ => 0.0,
         }
     }
@@ -264,8 +277,19 @@ impl Round<'_> {
     /// [`Round::delta`] per second.
     fn rate(&mut self, key: String, value: f64) -> f64 {
         let d = self.delta(key, value);
-        self.dt.map_or(0.0, |dt| d / dt)
+        self.per_second(d)
     }
+
+    /// `d` over this round's interval (0 on the first round; finite, as a
+    /// huge `d` over a millisecond could overflow).
+    fn per_second(&self, d: f64) -> f64 {
+        self.dt.map_or(0.0, |dt| finite(d / dt))
+    }
+}
+
+/// `x`, or 0 when it is infinite or NaN (JSON has no such numbers).
+fn finite(x: f64) -> f64 {
+    if x.is_finite() { x } else { 0.0 }
 }
 
 fn push_bounded<T>(ring: &mut VecDeque<T>, item: T, cap: usize) {
@@ -436,7 +460,7 @@ fn edges(readings: &Readings, breakers: &[BreakerView], round: &mut Round<'_>) -
                     .and_then(|p| p["toxics"].as_array())
                     .cloned()
                     .unwrap_or_default(),
-                request_rate: round.dt.map_or(0.0, |dt| new_attempts / dt),
+                request_rate: round.per_second(new_attempts),
                 success_rate: (new_attempts > 0.0).then(|| new_answered / new_attempts),
                 breaker: breakers
                     .iter()
@@ -579,6 +603,62 @@ mod tests {
                 .contains_key("oldest_stale_served_seconds")
         );
         assert_eq!(s.admission[0].name, "order");
+    }
+
+    /// A transition count of 1e20 once became ~1.8e19 pushes into the
+    /// 32-slot trial ring: `observe` never returned, and the poll loop
+    /// published nothing more. Run on a thread so that, broken, the test
+    /// fails after a few seconds instead of hanging.
+    #[test]
+    fn a_huge_transition_count_fills_the_trial_ring_at_once() {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut o = Observer::new();
+            o.observe(&readings(1_000, order("open", 1, 0, 0, 0)));
+            let mut huge = order("open", 0, 0, 0, 0);
+            huge.resilience.as_mut().unwrap()["circuit_breakers"]["inventory"]["transitions"] =
+                json!({"open": 1e20, "closed": 1e20, "half_open": 0});
+            let s = o.observe(&readings(1_500, huge));
+            let _ = done.send(s);
+        });
+        let s = finished
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("observe returns at once whatever the count");
+        let trials = &s.breakers[0].trials;
+        assert_eq!(trials.len(), TRIALS, "the ring is full, no more");
+        assert!(trials.iter().all(|t| t.ok), "the closes came last");
+    }
+
+    /// A counter at +Inf made `request_rate` +Inf (then NaN), serialized
+    /// as `null`, and the page's `toFixed` on it threw and blanked the
+    /// page: only finite rates leave the observer.
+    #[test]
+    fn a_counter_at_infinity_gives_finite_rates() {
+        let infinite = || {
+            let mut r = order("closed", 0, 0, 0, 0);
+            r.metrics = Some(Page::parse(&format!(
+                "{ATTEMPTS}{{target=\"inventory\",outcome=\"ok\"}} +Inf\n"
+            )));
+            r.resilience.as_mut().unwrap()["caches"]["stock"]["requests"]["hit"] = json!(1e308);
+            r
+        };
+        let mut o = Observer::new();
+        o.observe(&readings(1_000, order("closed", 0, 0, 10, 0)));
+        // +Inf - 14, then +Inf - +Inf (NaN); a cache grown by 1e308 in
+        // half a second (its rate overflows to +Inf).
+        for at in [1_500, 1_501, 1_502] {
+            let s = o.observe(&readings(at, infinite()));
+            let json = serde_json::to_value(&s).unwrap();
+            for edge in json["edges"].as_array().unwrap() {
+                assert!(edge["request_rate"].is_number(), "{at}: {edge}");
+            }
+            for (k, rate) in json["caches"][0]["rates"].as_object().unwrap() {
+                assert!(rate.is_number(), "{at}: cache {k} {rate}");
+            }
+            for b in &s.budgets {
+                assert!(b.attempts_per_call.is_none_or(f64::is_finite), "{b:?}");
+            }
+        }
     }
 
     #[test]

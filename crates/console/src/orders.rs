@@ -9,9 +9,10 @@
 
 use std::sync::{Arc, Mutex};
 
+use futures::future::join_all;
 use serde_json::{Value, json};
 
-use crate::snapshot::OrderView;
+use crate::{poll::READ_TIMEOUT, snapshot::OrderView};
 
 /// How many purchases the page lists.
 pub const KEPT: usize = 8;
@@ -31,7 +32,9 @@ pub struct Orders {
     followed: Arc<Mutex<Vec<Followed>>>,
 }
 
-/// Why a purchase failed (shown on the page as is).
+/// Why a purchase failed. A refusal's detail is the gateway's public one
+/// and shown on the page; anything else may name the gateway's address, so
+/// it is logged and the page is told only that the gateway failed.
 #[derive(Debug, thiserror::Error)]
 pub enum BuyError {
     /// The console was started without the gateway's address.
@@ -40,6 +43,10 @@ pub enum BuyError {
     /// The gateway did not answer, or answered something unexpected.
     #[error("{0}")]
     Gateway(String),
+    /// The gateway refused a call: its status and its problem's `detail`,
+    /// which callers may be shown.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl Orders {
@@ -99,7 +106,13 @@ impl Orders {
         Ok(view)
     }
 
-    /// Reads each followed order whose status is not final yet.
+    /// Reads each followed order whose status is not final yet, all at
+    /// once, each within [`READ_TIMEOUT`].
+    ///
+    /// It runs inside every poll round: read one after another with the
+    /// client's own timeout, a hung gateway would hold the round (and so
+    /// every snapshot) for that timeout per order still pending. An order
+    /// not read in time keeps its last status until a later round.
     pub async fn refresh(&self, http: &reqwest::Client, gateway: &str) {
         let open: Vec<(String, String)> = self
             .lock()
@@ -107,12 +120,16 @@ impl Orders {
             .filter(|f| !FINAL.contains(&f.view.status.as_str()) && !f.view.id.is_empty())
             .map(|f| (f.view.id.clone(), f.token.clone()))
             .collect();
-        for (id, token) in open {
+        let reads = open.into_iter().map(move |(id, token)| async move {
             let read = call(
                 http.get(format!("{gateway}/api/orders/{id}"))
-                    .bearer_auth(&token),
+                    .bearer_auth(&token)
+                    .timeout(READ_TIMEOUT),
             )
             .await;
+            (id, read)
+        });
+        for (id, read) in join_all(reads).await {
             let Ok((_, order)) = read else { continue };
             let Some(status) = order["status"].as_str() else {
                 continue;
@@ -146,7 +163,7 @@ async fn call(request: reqwest::RequestBuilder) -> Result<(u16, Value), BuyError
     if status.is_success() {
         Ok((status.as_u16(), body))
     } else {
-        Err(BuyError::Gateway(format!(
+        Err(BuyError::Refused(format!(
             "the gateway answered {status}: {}",
             body["detail"].as_str().unwrap_or("no detail")
         )))

@@ -5,9 +5,14 @@
 //! [`Snapshot`](crate::snapshot::Snapshot) and publishes it, serialized
 //! once, to every page listening.
 //!
-//! The loop never waits longer than its interval for a slow listener: a
-//! read that takes longer than [`READ_TIMEOUT`] counts as down for that
-//! round, so a hung service shows as down instead of freezing the page.
+//! A round waits at most [`READ_TIMEOUT`] for its reads, however slow a
+//! listener is: every read (the followed orders' included) is bounded by
+//! it and they all run at once, so a read that takes longer counts as down
+//! for that round and a hung service shows as down instead of freezing the
+//! page. [`READ_TIMEOUT`] is longer than the default interval (a loaded
+//! service may take longer than half a second to answer and still be up),
+//! so while a listener hangs a snapshot comes every [`READ_TIMEOUT`]
+//! rather than every interval; the next tick is then delayed, not bunched.
 
 use std::{sync::Arc, time::Duration};
 

@@ -208,6 +208,12 @@ fn toxic_body(kind: &str, name: &str) -> Value {
 #[derive(Debug, Clone, Default)]
 pub struct Presentation {
     inner: Arc<Mutex<Inner>>,
+    /// Held by [`Presentation::start`] and [`Presentation::stop`] from
+    /// beginning to end, so two requests at once take turns. Without it two
+    /// starts could each find nothing to stop (the first is still listing
+    /// the edges), and the second would overwrite the first's handle: a
+    /// schedule nobody could stop, breaking edges until the process ends.
+    turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 #[derive(Debug, Default)]
@@ -230,6 +236,12 @@ impl Presentation {
     /// Stops the schedule, if one runs, and waits until the fault it added
     /// is removed.
     pub async fn stop(&self) {
+        let _turn = self.turn.lock().await;
+        self.stop_running().await;
+    }
+
+    /// [`Presentation::stop`], its turn already taken.
+    async fn stop_running(&self) {
         let (stop, task) = {
             let mut inner = self.lock();
             (inner.stop.take(), inner.task.take())
@@ -253,7 +265,8 @@ impl Presentation {
         faults_url: Arc<str>,
         request: PresentationRequest,
     ) -> Result<(), ConsoleError> {
-        self.stop().await;
+        let _turn = self.turn.lock().await;
+        self.stop_running().await;
         let known = edges(&http, &faults_url).await?;
         let edges = if request.edges.is_empty() {
             known
@@ -291,8 +304,12 @@ impl Presentation {
             toxics: sorted(&toxics),
             request,
         };
-        inner.task = Some(tokio::spawn(schedule.run(stop.clone())));
-        inner.stop = Some(stop);
+        // Taking turns means none runs here; if one ever did, it is
+        // cancelled (it removes its own fault) rather than left running.
+        if let Some(orphan) = inner.stop.replace(stop.clone()) {
+            orphan.cancel();
+        }
+        inner.task = Some(tokio::spawn(schedule.run(stop)));
         Ok(())
     }
 
@@ -308,10 +325,10 @@ async fn edges(http: &reqwest::Client, faults_url: &str) -> Result<Vec<String>, 
         .send()
         .await
         .and_then(reqwest::Response::error_for_status)
-        .map_err(|e| ConsoleError::Upstream(format!("the fault API did not list its edges: {e}")))?
+        .map_err(|e| ConsoleError::upstream("the fault API", format!("listing its edges: {e}")))?
         .json()
         .await
-        .map_err(|e| ConsoleError::Upstream(format!("the fault API's edges are not JSON: {e}")))?;
+        .map_err(|e| ConsoleError::upstream("the fault API", format!("its edges: {e}")))?;
     Ok(listed.into_iter().map(|(name, _)| name).collect())
 }
 
@@ -476,7 +493,114 @@ async fn stop_route(State(state): State<AppState>) -> StatusCode {
 
 #[cfg(test)]
 mod tests {
+    use std::{
+        collections::BTreeSet,
+        sync::atomic::{AtomicU64, Ordering::SeqCst},
+    };
+
+    use axum::routing::{delete, post};
+
     use super::*;
+
+    /// How long the stub's edge listing waits for a second one.
+    const MEET: Duration = Duration::from_millis(300);
+
+    /// A fault API with one edge that keeps count: adding a toxic records
+    /// its name, removing it forgets it. Its edge listing waits (up to
+    /// [`MEET`]) until a second listing is in flight, so two starts that
+    /// can both reach it at once surely do.
+    #[derive(Clone, Default)]
+    struct Stub {
+        listing: Arc<tokio::sync::watch::Sender<usize>>,
+        added: Arc<AtomicU64>,
+        present: Arc<Mutex<BTreeSet<String>>>,
+    }
+
+    impl Stub {
+        async fn serve(&self) -> Arc<str> {
+            let (list, add, remove) = (self.clone(), self.clone(), self.clone());
+            let app = Router::new()
+                .route("/proxies", get(move || list.clone().list()))
+                .route(
+                    "/proxies/{edge}/toxics",
+                    post(move |body: Bytes| add.clone().add(body)),
+                )
+                .route(
+                    "/proxies/{edge}/toxics/{name}",
+                    delete(
+                        move |axum::extract::Path((_, name)): axum::extract::Path<(
+                            String,
+                            String,
+                        )>| remove.clone().remove(name),
+                    ),
+                );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}", listener.local_addr().unwrap());
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            url.into()
+        }
+
+        async fn list(self) -> Json<Value> {
+            self.listing.send_modify(|n| *n += 1);
+            let mut listings = self.listing.subscribe();
+            let _ = tokio::time::timeout(MEET, listings.wait_for(|n| *n >= 2)).await;
+            self.listing.send_modify(|n| *n -= 1);
+            Json(json!({"order-inventory": {"enabled": true, "toxics": []}}))
+        }
+
+        async fn add(self, body: Bytes) -> StatusCode {
+            let toxic: Value = serde_json::from_slice(&body).unwrap();
+            let name = toxic["name"].as_str().unwrap().to_owned();
+            self.added.fetch_add(1, SeqCst);
+            self.present().insert(name);
+            StatusCode::OK
+        }
+
+        async fn remove(self, name: String) -> StatusCode {
+            self.present().remove(&name);
+            StatusCode::NO_CONTENT
+        }
+
+        fn present(&self) -> MutexGuard<'_, BTreeSet<String>> {
+            self.present.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+    }
+
+    /// Two starts at the same moment used to both find nothing to stop
+    /// (the other was still listing the edges), and the second overwrote
+    /// the first's handle: a schedule that stop could not reach kept adding
+    /// faults. The stub makes the two overlap for sure; after stop, no
+    /// fault may be added any more.
+    #[tokio::test]
+    async fn two_starts_at_once_leave_one_schedule_that_stop_ends() {
+        let stub = Stub::default();
+        let faults = stub.serve().await;
+        let presentation = Presentation::default();
+        let http = reqwest::Client::new();
+        let (a, b) = tokio::join!(
+            presentation.start(http.clone(), faults.clone(), request(0.1, 0.05)),
+            presentation.start(http.clone(), faults.clone(), request(0.1, 0.05)),
+        );
+        a.unwrap();
+        b.unwrap();
+        let ran = Instant::now() + Duration::from_secs(5);
+        while stub.added.load(SeqCst) == 0 {
+            assert!(Instant::now() < ran, "a schedule ran within 5 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        presentation.stop().await;
+        assert!(!presentation.status().running);
+        assert!(stub.present().is_empty(), "stop removed what was added");
+        // Nothing runs any more: over five intervals no fault is added (a
+        // schedule left running adds one every 100 ms).
+        let added = stub.added.load(SeqCst);
+        let until = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < until {
+            assert_eq!(stub.added.load(SeqCst), added, "a schedule still runs");
+            assert!(stub.present().is_empty(), "{:?}", *stub.present());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 
     fn request(interval_s: f64, hold_s: f64) -> PresentationRequest {
         PresentationRequest {

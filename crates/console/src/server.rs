@@ -31,7 +31,7 @@ use crate::{
     error::ConsoleError,
     guard::Guard,
     load::{LoadControl, LoadRequest},
-    orders::Orders,
+    orders::{BuyError, Orders},
     poll::{Feed, Poller},
     settings::{ConsoleSettings, SettingsError},
     traces::TraceSource,
@@ -61,11 +61,11 @@ pub fn router(state: AppState, guard: Guard) -> Router {
         .route("/console.css", get(crate::assets::style))
         .route("/events", get(crate::sse::events))
         .route("/api/snapshot", get(snapshot))
+        // Each control's own method is checked by `faults::control`, so
+        // that a wrong one is named in the refusal's detail.
         .route(
             "/api/faults/{*path}",
-            post(crate::faults::forward)
-                .delete(crate::faults::forward)
-                .patch(crate::faults::forward),
+            post(crate::faults::forward).delete(crate::faults::forward),
         )
         .route("/api/load/start", post(load_start))
         .route("/api/load/stop", post(load_stop))
@@ -73,6 +73,10 @@ pub fn router(state: AppState, guard: Guard) -> Router {
         .merge(crate::scenes::routes())
         .merge(crate::presentation::routes())
         .fallback(|| async { Problem::no_route() })
+        // After every route and merge: it is set on the routes present.
+        // Without it a wrong method is axum's empty 405, which the page
+        // shows as "Refused (405): " with nothing to say why.
+        .method_not_allowed_fallback(|| async { Problem::method_not_allowed() })
         .layer(axum::middleware::from_fn_with_state(
             guard,
             crate::guard::check,
@@ -237,7 +241,7 @@ async fn load_start(
     let request: LoadRequest = serde_json::from_slice(&body)
         .map_err(|e| ConsoleError::BadRequest(format!("not a load request: {e}")))?;
     request.validate().map_err(ConsoleError::BadRequest)?;
-    load.start(request).map_err(ConsoleError::Upstream)?;
+    load.start(request).map_err(ConsoleError::BadRequest)?;
     Ok(StatusCode::ACCEPTED)
 }
 
@@ -254,6 +258,10 @@ async fn buy(State(state): State<AppState>) -> Result<Response, ConsoleError> {
         .orders
         .buy(&state.http, gateway)
         .await
-        .map_err(|e| ConsoleError::Upstream(e.to_string()))?;
+        .map_err(|e| match e {
+            // The gateway's own problem detail is public: shown as it is.
+            BuyError::Refused(detail) => ConsoleError::Refused(detail),
+            e => ConsoleError::upstream("the gateway", e),
+        })?;
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }

@@ -71,7 +71,47 @@ impl Drop for Running {
     }
 }
 
+/// A gateway that signs in, lists one product and takes an order at once,
+/// but never answers a read of an order: hung, as behind a `timeout` toxic.
+async fn hung_gateway() -> SocketAddr {
+    let placed = Arc::new(AtomicU64::new(0));
+    let app = axum::Router::new()
+        .route(
+            "/api/session",
+            axum::routing::post(|| async { axum::Json(json!({"access_token": "t"})) }),
+        )
+        .route(
+            "/api/products",
+            axum::routing::get(|| async { axum::Json(json!({"items": [{"id": "p1"}]})) }),
+        )
+        .route(
+            "/api/orders",
+            axum::routing::post(move || {
+                let n = placed.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    (
+                        axum::http::StatusCode::ACCEPTED,
+                        axum::Json(json!({"id": format!("order-{n}"), "status": "pending"})),
+                    )
+                }
+            }),
+        )
+        .route(
+            "/api/orders/{id}",
+            axum::routing::get(std::future::pending::<String>),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
 async fn start() -> Running {
+    start_with(|_| {}).await
+}
+
+/// [`start`], with `tweak` applied to the console's settings last.
+async fn start_with(tweak: impl FnOnce(&mut ConsoleSettings)) -> Running {
     let admin = stub_admin().await;
     let proxies = Proxies::with_seed(1);
     proxies
@@ -92,6 +132,7 @@ async fn start() -> Running {
         Secret::new(TOKEN),
     );
     settings.listen = "127.0.0.1:0".parse().unwrap();
+    tweak(&mut settings);
     let console = Console::bind(settings, None).await.unwrap();
     let addr = console.local_addr().unwrap();
     console.spawn(stop.clone());
@@ -362,4 +403,201 @@ async fn the_page_is_served_with_a_strict_policy_and_the_load_panel_says_it_is_a
         .await
         .unwrap();
     assert_eq!(res.status(), 404);
+}
+
+/// The orders bought from the page are read again every round. Read one
+/// after another with the client's 10 s timeout, a hung gateway held each
+/// round — and so every snapshot — for 10 s per order still pending (here
+/// 30 s: not four events within the helper's 10 s). Each read is now
+/// bounded by the poll's read timeout and they run at once.
+#[tokio::test]
+async fn a_hung_gateway_does_not_hold_the_snapshots_back() {
+    let gateway = hung_gateway().await;
+    let running = start_with(|s| s.gateway_url = Some(format!("http://{gateway}"))).await;
+    let http = reqwest::Client::new();
+    for _ in 0..3 {
+        let res = http
+            .post(format!("{}/api/orders/buy", running.console))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 201);
+    }
+    let mut res = reqwest::get(format!("{}/events", running.console))
+        .await
+        .unwrap();
+    let events = snapshots(&mut res, 4).await;
+    for pair in events.windows(2) {
+        let gap =
+            pair[1].0["at_unix_ms"].as_u64().unwrap() - pair[0].0["at_unix_ms"].as_u64().unwrap();
+        assert!(
+            gap < 2_000,
+            "a snapshot at least every 2 s while the gateway hangs: {gap} ms"
+        );
+    }
+    let orders = events.last().unwrap().0["orders"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(orders.len(), 3, "{orders:?}");
+    assert!(
+        orders.iter().all(|o| o["status"] == "pending"),
+        "not read, so as bought: {orders:?}"
+    );
+}
+
+/// Any method on a fault path and any body to an edge used to be
+/// forwarded: `DELETE proxies/{edge}` deleted the edge for good (Heal
+/// everything cannot bring it back) and `{"upstream": …}` pointed it
+/// somewhere else. Only each control's own method, and on an edge only its
+/// switch, pass.
+#[tokio::test]
+async fn an_edge_can_be_switched_but_never_deleted_or_moved() {
+    let running = start().await;
+    let http = reqwest::Client::new();
+    let edge = format!("{}/api/faults/proxies/order-inventory", running.console);
+    let upstream = running
+        .proxies
+        .get("order-inventory")
+        .await
+        .unwrap()
+        .upstream()
+        .to_owned();
+
+    let res = http.delete(&edge).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(res.status(), 405);
+    assert_eq!(res.headers()["content-type"], "application/problem+json");
+    assert_eq!(res.headers()["allow"], "POST");
+    let problem: Value = res.json().await.unwrap();
+    assert!(
+        problem["detail"].as_str().unwrap().contains("DELETE"),
+        "{problem}"
+    );
+
+    for body in [
+        json!({"upstream": "10.0.0.5:80"}),
+        json!({"enabled": true, "upstream": "10.0.0.5:80"}),
+        json!({"listen": "127.0.0.1:0"}),
+    ] {
+        let res = http
+            .post(&edge)
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 400, "{body}");
+        assert_eq!(res.headers()["content-type"], "application/problem+json");
+        let problem: Value = res.json().await.unwrap();
+        assert!(
+            problem["detail"].as_str().unwrap().contains("enabled"),
+            "{body}: {problem}"
+        );
+    }
+    let proxy = running
+        .proxies
+        .get("order-inventory")
+        .await
+        .expect("the edge is still there");
+    assert_eq!(proxy.upstream(), upstream, "and still points where it did");
+    assert!(proxy.enabled());
+
+    let res = http
+        .post(&edge)
+        .bearer_auth(TOKEN)
+        .json(&json!({"enabled": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200, "its switch is forwarded");
+    assert!(
+        !running
+            .proxies
+            .get("order-inventory")
+            .await
+            .unwrap()
+            .enabled()
+    );
+
+    let res = http
+        .delete(format!("{}/api/faults/reset", running.console))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 405, "heal everything is a POST");
+}
+
+/// A wrong method was axum's empty 405 (no body, no type), which the page
+/// shows as "Refused (405): " with nothing to say why.
+#[tokio::test]
+async fn a_wrong_method_is_a_problem_with_a_detail() {
+    let running = start().await;
+    let http = reqwest::Client::new();
+    for (method, path) in [
+        (reqwest::Method::PUT, "/api/presentation"),
+        (reqwest::Method::GET, "/api/load/start"),
+        (reqwest::Method::DELETE, "/api/snapshot"),
+        (reqwest::Method::POST, "/"),
+        (
+            reqwest::Method::PATCH,
+            "/api/faults/proxies/order-inventory",
+        ),
+    ] {
+        let res = http
+            .request(method.clone(), format!("{}{path}", running.console))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 405, "{method} {path}");
+        assert_eq!(
+            res.headers().get("content-type").map(|v| v.as_bytes()),
+            Some(&b"application/problem+json"[..]),
+            "{method} {path}"
+        );
+        let problem: Value = res.json().await.unwrap();
+        assert_eq!(problem["status"], 405);
+        assert!(
+            !problem["detail"].as_str().unwrap_or("").is_empty(),
+            "{method} {path}: {problem}"
+        );
+    }
+}
+
+/// The fault API's address is internal: when it cannot be reached, the
+/// cause (reqwest's text, with the URL) is logged and the refusal names
+/// only which part failed.
+#[tokio::test]
+async fn an_unreachable_fault_api_is_named_without_its_address() {
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let running = start_with(|s| s.faults_url = format!("http://{closed}")).await;
+    let http = reqwest::Client::new();
+    for (path, body) in [
+        ("/api/faults/reset", None),
+        (
+            "/api/presentation",
+            Some(json!({"interval_s": 1, "hold_s": 0.5})),
+        ),
+    ] {
+        let mut req = http
+            .post(format!("{}{path}", running.console))
+            .bearer_auth(TOKEN);
+        if let Some(body) = &body {
+            req = req.json(body);
+        }
+        let res = req.send().await.unwrap();
+        assert_eq!(res.status(), 502, "{path}");
+        let problem: Value = res.json().await.unwrap();
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains("the fault API"), "{path}: {detail}");
+        assert!(
+            !detail.contains("127.0.0.1") && !detail.contains(&closed.port().to_string()),
+            "{path}: {detail}"
+        );
+    }
 }
