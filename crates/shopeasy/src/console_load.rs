@@ -7,6 +7,7 @@
 
 use std::{
     collections::BTreeMap,
+    future::Future,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -52,6 +53,39 @@ impl ConsoleLoad {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    /// Makes `request` the current run (stopping the old one) and runs
+    /// `work` on it, on a task of its own.
+    ///
+    /// How the task ended is the run's end, whichever way it ended: an
+    /// error, a panic or a cancellation is recorded as the run's error.
+    /// Why its own task: the end was recorded after `work` on the same
+    /// task, so a run that panicked recorded nothing and the panel showed
+    /// it "running" for ever.
+    fn launch<F>(&self, request: LoadRequest, work: impl FnOnce(Live) -> F)
+    where
+        F: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let run = Run {
+            request,
+            live: Live::default(),
+            ended: Arc::default(),
+        };
+        if let Some(old) = self.current().replace(run.clone()) {
+            old.live.stop();
+        }
+        let task = tokio::spawn(work(run.live.clone()));
+        tokio::spawn(async move {
+            let outcome = match task.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(format!("{e:#}")),
+                Err(e) => Err(format!("the load generator failed: {e}")),
+            };
+            *run.ended
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(outcome);
+        });
+    }
 }
 
 /// The arguments of `shopeasy load` for `request` against `gateway`.
@@ -87,22 +121,8 @@ fn args(gateway: &str, request: &LoadRequest) -> Result<LoadArgs, String> {
 impl LoadControl for ConsoleLoad {
     fn start(&self, request: LoadRequest) -> Result<(), String> {
         let args = args(&self.gateway, &request)?;
-        let run = Run {
-            request,
-            live: Live::default(),
-            ended: Arc::default(),
-        };
-        if let Some(old) = self.current().replace(run.clone()) {
-            old.live.stop();
-        }
-        tokio::spawn(async move {
-            let outcome = load::run_live(&args, &run.live)
-                .await
-                .map(drop)
-                .map_err(|e| format!("{e:#}"));
-            *run.ended
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(outcome);
+        self.launch(request, move |live| async move {
+            load::run_live(&args, &live).await.map(drop)
         });
         Ok(())
     }
@@ -138,5 +158,54 @@ impl LoadControl for ConsoleLoad {
             sent: run.live.sent() as u64,
             error: ended.and_then(Result::err),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(rate: f64) -> LoadRequest {
+        LoadRequest {
+            rate,
+            read_share: 1.0,
+            duration_seconds: 1.0,
+        }
+    }
+
+    async fn breaks(_live: Live) -> anyhow::Result<()> {
+        panic!("the generator broke")
+    }
+
+    /// Before, the end was recorded after the run on the same task: a run
+    /// that panicked recorded nothing, and the panel said "running" for ever.
+    #[tokio::test]
+    async fn a_run_that_panics_ends_with_the_panic_as_its_error() {
+        let load = ConsoleLoad::new("http://127.0.0.1:9");
+        load.launch(request(10.0), breaks);
+        shopeasy_testkit::wait::assert_eventually(
+            Duration::from_secs(5),
+            "the run ends",
+            async || !load.status().running,
+        )
+        .await;
+        let error = load.status().error.expect("the panic is the run's error");
+        assert!(
+            error.contains("panicked") && error.contains("the generator broke"),
+            "{error}"
+        );
+    }
+
+    /// A rate below `bounds::MIN_RATE` is refused as the run starts; before,
+    /// 1e-20 panicked on its interval, on the run's task.
+    #[tokio::test]
+    async fn a_rate_too_small_to_pace_is_refused_at_the_start() {
+        let load = ConsoleLoad::new("http://127.0.0.1:9");
+        let error = load.start(request(1e-20)).unwrap_err();
+        assert!(
+            error.contains("--rate") && error.contains("must be"),
+            "{error}"
+        );
+        assert!(!load.status().running, "no run began");
     }
 }

@@ -279,11 +279,16 @@ pub struct System {
     pub console: SocketAddr,
     /// Order and the gateway verify against the demo issuer.
     demo_auth: bool,
-    /// The services, in the order they were wired.
+    /// The services, in the order they were wired (each stops on its own
+    /// token, a child of `shutdown`).
     services: Vec<Running>,
+    /// Stops what is not a service: the demo issuer, the fault API, the
+    /// console (and any service still running).
     shutdown: CancellationToken,
-    faults_task: JoinHandle<anyhow::Result<()>>,
-    issuer_task: JoinHandle<anyhow::Result<()>>,
+    /// `None` once awaited (it ended first, in [`System::run_until`]).
+    faults_task: Option<JoinHandle<anyhow::Result<()>>>,
+    /// As `faults_task`.
+    issuer_task: Option<JoinHandle<anyhow::Result<()>>>,
     console_task: JoinHandle<std::io::Result<()>>,
 }
 
@@ -452,8 +457,8 @@ impl System {
             demo_auth: loaded.demo_auth,
             services,
             shutdown,
-            faults_task: api,
-            issuer_task,
+            faults_task: Some(api),
+            issuer_task: Some(issuer_task),
             console_task,
         };
         stop_on_error.disarm();
@@ -518,72 +523,89 @@ impl System {
         )
     }
 
-    /// Stops everything and waits for it: in-flight requests drain first.
+    /// Stops everything and waits for it, edge first: the services in the
+    /// reverse of their wiring order (the gateway, then order, product,
+    /// inventory), each drained — its in-flight requests answered, within
+    /// its drain time — before the next is told to stop; then the rest (the
+    /// demo issuer, the fault API, the console); then the fault proxies.
+    ///
+    /// Why in that order: a service's in-flight requests call the services
+    /// wired before it. Stopped all at once, Inventory stopped while Order
+    /// still drained, and an order in flight at Ctrl-C, whose reservation
+    /// had not reached Inventory yet, ended pending instead of confirmed.
+    /// The proxies go last: every edge's calls pass through one.
     ///
     /// # Errors
-    /// The first service that stopped with an error.
-    pub async fn stop(self) -> anyhow::Result<()> {
-        self.shutdown.cancel();
+    /// The first service or task that stopped with an error.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
         let mut first_error = None;
-        for running in self.services {
-            if let (Err(e), None) = (running.stop().await, &first_error) {
-                first_error = Some(e);
-            }
+        while let Some(running) = self.services.pop() {
+            keep_first(&mut first_error, running.stop().await);
         }
-        let api = self
-            .faults_task
-            .await
-            .map_err(anyhow::Error::from)
-            .and_then(|r| r);
-        if let (Err(e), None) = (api, &first_error) {
-            first_error = Some(e);
-        }
-        let issuer = self
-            .issuer_task
-            .await
-            .map_err(anyhow::Error::from)
-            .and_then(|r| r);
-        if let (Err(e), None) = (issuer, &first_error) {
-            first_error = Some(e);
-        }
+        self.shutdown.cancel();
+        keep_first(&mut first_error, ended(&mut self.faults_task).await);
+        keep_first(&mut first_error, ended(&mut self.issuer_task).await);
         let console = self
             .console_task
             .await
             .map_err(anyhow::Error::from)
             .and_then(|r| r.map_err(|e| anyhow::anyhow!("console: {e}")));
-        if let (Err(e), None) = (console, &first_error) {
-            first_error = Some(e);
-        }
+        keep_first(&mut first_error, console);
         self.proxies.shutdown().await;
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Runs until `stop` resolves or a service ends on its own, then stops.
+    /// Runs until `stop` resolves or a service (or the fault API, or the
+    /// demo issuer) ends on its own, then stops everything as
+    /// [`System::stop`] does: the others drain and are awaited either way.
     ///
     /// # Errors
-    /// A service that ended with an error.
+    /// What ended on its own: its error, or, when it ended cleanly, "a
+    /// service stopped on its own"; else the first error of the stop.
     pub async fn run_until(
         mut self,
         stop: impl std::future::Future<Output = ()>,
     ) -> anyhow::Result<()> {
-        let ended = {
+        let ended_first = {
             let any = first_to_end(&mut self.services);
             tokio::select! {
                 () = stop => None,
                 outcome = any => Some(outcome),
-                api = &mut self.faults_task => Some(api.map_err(anyhow::Error::from).and_then(|r| r)),
-                issuer = &mut self.issuer_task => Some(issuer.map_err(anyhow::Error::from).and_then(|r| r)),
+                api = ended(&mut self.faults_task) => Some(api),
+                issuer = ended(&mut self.issuer_task) => Some(issuer),
             }
         };
-        match ended {
-            None => self.stop().await,
-            Some(outcome) => {
-                self.shutdown.cancel();
-                self.proxies.shutdown().await;
-                outcome.and(Err(anyhow::anyhow!("a service stopped on its own")))
-            }
+        // What ended has been awaited (a service's `finished`, a task's
+        // `ended`): `stop` does not wait for it again.
+        let stopped = self.stop().await;
+        match ended_first {
+            None => stopped,
+            Some(outcome) => outcome
+                .and(stopped)
+                .and(Err(anyhow::anyhow!("a service stopped on its own"))),
         }
     }
+}
+
+/// Keeps `outcome`'s error in `first` unless an earlier one is there.
+fn keep_first(first: &mut Option<anyhow::Error>, outcome: anyhow::Result<()>) {
+    if first.is_none()
+        && let Err(e) = outcome
+    {
+        *first = Some(e);
+    }
+}
+
+/// Waits for `task` to end and leaves `None` in its place, so it is never
+/// awaited twice (a `JoinHandle` polled after it completed panics);
+/// resolves at once with `Ok` when it is `None` already.
+async fn ended(task: &mut Option<JoinHandle<anyhow::Result<()>>>) -> anyhow::Result<()> {
+    let Some(handle) = task.as_mut() else {
+        return Ok(());
+    };
+    let outcome = handle.await;
+    *task = None;
+    outcome.map_err(anyhow::Error::from).and_then(|r| r)
 }
 
 /// Binds the console on loopback (`shopeasy_console::settings::DEFAULT_PORT`,
@@ -670,7 +692,122 @@ async fn proxy(proxies: &Proxies, name: &str, upstream: SocketAddr) -> anyhow::R
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{Value, json};
+
     use super::*;
+
+    /// How long a latency toxic holds each request on its way from Order to
+    /// Inventory: the stop begins while the order's first call to Inventory
+    /// is still on its way (on a new connection, which a stopped Inventory
+    /// closes), and each call stays well within Order's 3 s attempt timeout.
+    const HELD_MS: u64 = 500;
+
+    /// Places an order through `system`'s gateway with every request from
+    /// Order to Inventory held [`HELD_MS`] (a latency toxic on the upstream
+    /// stream of `order-inventory`, through the fault API), and returns once
+    /// Order holds it (its admission's `in_flight`): the status of its
+    /// answer to come, 0 for none.
+    async fn an_order_in_flight(system: &System) -> JoinHandle<u16> {
+        let http = reqwest::Client::new();
+        let gw = format!("http://{}", system.addresses.gateway);
+        let session: Value = http
+            .post(format!("{gw}/api/session"))
+            .json(&json!({ "customer": "alice" }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let token = session["access_token"].as_str().unwrap().to_owned();
+        let page: Value = http
+            .get(format!("{gw}/api/products?limit=1"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let product = page["items"][0]["id"].as_str().unwrap().to_owned();
+        let toxic = json!({"name": "held", "type": "latency", "stream": "upstream",
+                           "attributes": {"latency": HELD_MS, "jitter": 0}});
+        http.post(format!(
+            "http://{}/proxies/order-inventory/toxics",
+            system.faults_api
+        ))
+        .json(&toxic)
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap();
+        let client = http.clone();
+        let order = tokio::spawn(async move {
+            client
+                .post(format!("{gw}/api/orders"))
+                .bearer_auth(token)
+                .header("idempotency-key", uuid::Uuid::new_v4().to_string())
+                .json(&json!({"items": [{"product_id": product, "quantity": 1}]}))
+                .send()
+                .await
+                .map_or(0, |res| res.status().as_u16())
+        });
+        let resilience = format!("http://{}/admin/resilience", system.addresses.order_admin);
+        shopeasy_testkit::wait::assert_eventually(
+            Duration::from_secs(10),
+            "Order holds the order",
+            async || {
+                let report: Value = match http.get(&resilience).send().await {
+                    Ok(res) => res.json().await.unwrap_or_default(),
+                    Err(_) => Value::Null,
+                };
+                report["admission"]["in_flight"]
+                    .as_u64()
+                    .is_some_and(|n| n >= 1)
+            },
+        )
+        .await;
+        order
+    }
+
+    /// Stopped all at once, Inventory closed while the order's call was on
+    /// its way to it, and the order did not end confirmed (201) though it
+    /// was in flight at the stop; edge first, the gateway drains it while
+    /// every service behind it still answers.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn an_order_in_flight_at_the_stop_is_confirmed_before_inventory_stops() {
+        let dir = tempfile::tempdir().unwrap();
+        let system = System::start(Options::for_tests(dir.path())).await.unwrap();
+        let order = an_order_in_flight(&system).await;
+        system.stop().await.unwrap();
+        assert_eq!(order.await.unwrap(), 201, "the order in flight at the stop");
+    }
+
+    /// When something ends on its own (here the fault API's task, failing),
+    /// the rest stops in the same order and is awaited: the order in flight
+    /// is confirmed, every listener is closed when `run_until` returns, and
+    /// the first error is what ended. Before, everything was cancelled at
+    /// once and left running, detached.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_task_that_ends_on_its_own_stops_the_rest_in_order_and_waits_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut system = System::start(Options::for_tests(dir.path())).await.unwrap();
+        let order = an_order_in_flight(&system).await;
+        let listeners = [system.addresses.gateway, system.addresses.order];
+        // The real task is stopped by `shutdown` with the rest, detached.
+        system.faults_task = Some(tokio::spawn(async {
+            Err::<(), _>(anyhow::anyhow!("the fault API failed"))
+        }));
+        let err = system.run_until(std::future::pending()).await.unwrap_err();
+        assert_eq!(format!("{err:#}"), "the fault API failed");
+        for addr in listeners {
+            assert!(
+                tokio::net::TcpStream::connect(addr).await.is_err(),
+                "{addr} still listens"
+            );
+        }
+        assert_eq!(order.await.unwrap(), 201, "the order in flight at the end");
+    }
 
     #[test]
     fn the_launcher_refuses_a_chain_whose_retries_outlast_the_gateway() {

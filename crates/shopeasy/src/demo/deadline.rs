@@ -34,7 +34,7 @@
 
 use std::{sync::OnceLock, time::Duration};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use serde_json::json;
 use shopeasy_console::{OrderPath, TraceSource as _};
 use shopeasy_resilience::deadline::HTTP_HEADER;
@@ -117,14 +117,18 @@ async fn halves(live: &Live, outcome: &mut Outcome) -> anyhow::Result<()> {
     let path_ok = if live.is_embedded() {
         path(live, &token, &product, outcome).await?
     } else if tracing::dispatcher::has_been_set() {
+        // Only the spans' absence skips the half (this process's subscriber
+        // is not the console's): any other error is the system's, and a
+        // scene that turned it into a note passed on a failure — an order
+        // that was not confirmed, say.
         match path(live, &token, &product, outcome).await {
-            Ok(ok) => ok,
-            Err(e) => {
+            Err(e) if e.downcast_ref::<SpansNotKept>().is_some() => {
                 outcome
                     .notes
                     .push(format!("the per-hop half is skipped: {e:#}"));
                 true
             }
+            result => result?,
         }
     } else {
         outcome.notes.push(
@@ -293,11 +297,35 @@ async fn order(
         .await?)
 }
 
+/// The order's spans were not kept by this process: its tracing subscriber
+/// does not feed [`crate::console_traces`]. The one error that skips the
+/// first half on a running system (see `halves`).
+#[derive(Debug)]
+struct SpansNotKept {
+    trace: String,
+}
+
+impl std::fmt::Display for SpansNotKept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the order's spans ({}) were not kept: this process's tracing \
+             subscriber does not feed console_traces",
+            self.trace
+        )
+    }
+}
+
+impl std::error::Error for SpansNotKept {}
+
 /// The finished order whose trace is `trace`, from the spans this process
 /// keeps (its last span ends just after the answer: polled, 5 s at most).
 /// A callee's server span may end after its caller's (it closes once the
 /// answer has gone out, which the caller may have read already), so the
 /// path is taken once Inventory's hop has joined it, or as it is at the end.
+///
+/// # Errors
+/// [`SpansNotKept`] when no such trace turned up.
 async fn trace_of(trace: &str) -> anyhow::Result<OrderPath> {
     let until = Instant::now() + Duration::from_secs(5);
     loop {
@@ -309,10 +337,10 @@ async fn trace_of(trace: &str) -> anyhow::Result<OrderPath> {
             return Ok(path);
         }
         if late {
-            bail!(
-                "the order's spans ({trace}) were not kept: this process's tracing \
-                 subscriber does not feed console_traces"
-            );
+            return Err(SpansNotKept {
+                trace: trace.to_owned(),
+            }
+            .into());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

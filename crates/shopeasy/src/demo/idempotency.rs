@@ -8,6 +8,12 @@
 //! true`) and the customer has one order; with a new key for the repeat
 //! (the mistake of generating the key inside the retry loop), two. The
 //! orders are counted from the customer's own list, `GET /api/orders`.
+//!
+//! The scene passes only if the answer really was lost (a 5xx or no answer
+//! at all) while the order was placed (one order before the repeat): a
+//! first answer that arrived would make the repeat a plain duplicate, and
+//! the lesson — the key saves the customer who never saw the answer —
+//! would not have been shown.
 
 use serde_json::{Value, json};
 
@@ -24,7 +30,8 @@ lose their answers too). The toxic is removed and the customer repeats the order
 the same Idempotency-Key the repeat gets the first answer again (Idempotent-Replayed: \
 true) and the customer has one order; a second customer repeats with a new key and has \
 two.",
-    expected: "the same key: the repeat replayed, one order; a new key: two orders",
+    expected: "the first answer lost (5xx or none) with the order placed; the same key: the \
+repeat replayed, one order; a new key: two orders",
 };
 
 /// The edge whose answers are lost.
@@ -49,15 +56,28 @@ pub async fn run(run: &Run) -> anyhow::Result<Outcome> {
     Ok(outcome)
 }
 
+/// What one customer's story came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Story {
+    /// The first answer was lost: a 5xx, or no answer at all.
+    lost: bool,
+    /// The customer's orders after the lost answer, before the repeat.
+    orders_after_lost: usize,
+    /// The repeat's answer was the first one replayed.
+    replayed: bool,
+    /// The customer's orders after the repeat.
+    orders: usize,
+}
+
 /// One customer's story: the lost answer, then the repeat with
-/// `same_key` or a new one. Returns (repeat replayed, orders).
+/// `same_key` or a new one.
 async fn story(
     live: &Live,
     table: &mut Timeline,
     customer: &str,
     product: &str,
     same_key: bool,
-) -> anyhow::Result<(bool, usize)> {
+) -> anyhow::Result<Story> {
     let token = live.sign_in(customer).await?;
     let key = uuid::Uuid::new_v4().to_string();
     live.add_toxic(
@@ -66,7 +86,12 @@ async fn story(
                 "attributes": {"timeout": 0}}),
     )
     .await?;
-    let lost = live.order(&token, product, &key).await?.status().as_u16();
+    // No answer at all is as lost as a 5xx: it is not an error of the scene.
+    let first = live
+        .order(&token, product, &key)
+        .await
+        .ok()
+        .map(|res| res.status().as_u16());
     live.remove_toxic(EDGE, TOXIC).await?;
     let orders_after_lost = count(live, &token).await?;
     table.push([
@@ -74,7 +99,7 @@ async fn story(
         "1".to_owned(),
         short(&key),
         "answer lost".to_owned(),
-        format!("{lost}"),
+        first.map_or_else(|| "no answer".to_owned(), |s| s.to_string()),
         orders_after_lost.to_string(),
     ]);
     let repeat_key = if same_key {
@@ -101,7 +126,12 @@ async fn story(
         },
         orders.to_string(),
     ]);
-    Ok((replayed, orders))
+    Ok(Story {
+        lost: first.is_none_or(|s| s >= 500),
+        orders_after_lost,
+        replayed,
+        orders,
+    })
 }
 
 async fn halves(live: &Live, outcome: &mut Outcome) -> anyhow::Result<()> {
@@ -117,16 +147,35 @@ async fn halves(live: &Live, outcome: &mut Outcome) -> anyhow::Result<()> {
             "orders",
         ],
     );
-    let (replayed, one) = story(live, &mut table, "same-key", &product, true).await?;
-    let (new_replayed, two) = story(live, &mut table, "new-key", &product, false).await?;
+    let same = story(live, &mut table, "same-key", &product, true).await?;
+    let new = story(live, &mut table, "new-key", &product, false).await?;
     outcome.timelines.push(table);
+    let (one, two) = (same.orders, new.orders);
     outcome.figure("orders_with_same_key", one as f64);
     outcome.figure("orders_with_new_key", two as f64);
-    outcome.measured = format!(
-        "the same key: {} and {one} order(s); a new key: {two} order(s)",
-        if replayed { "replayed" } else { "not replayed" }
+    // The lesson needs the answer lost with the order placed, in both
+    // stories: an answer that arrived makes the repeat a plain duplicate.
+    let lost = [same, new]
+        .iter()
+        .all(|s| s.lost && s.orders_after_lost == 1);
+    outcome.figure(
+        "first_answers_lost",
+        f64::from(u8::from(same.lost) + u8::from(new.lost)),
     );
-    outcome.passed = replayed && one == 1 && !new_replayed && two == 2;
+    outcome.measured = format!(
+        "{}; the same key: {} and {one} order(s); a new key: {two} order(s)",
+        if lost {
+            "the first answers lost, each order placed"
+        } else {
+            "a first answer was not lost, or its order not placed"
+        },
+        if same.replayed {
+            "replayed"
+        } else {
+            "not replayed"
+        }
+    );
+    outcome.passed = lost && same.replayed && one == 1 && !new.replayed && two == 2;
     Ok(())
 }
 
@@ -139,4 +188,143 @@ async fn count(live: &Live, token: &str) -> anyhow::Result<usize> {
 /// The first 8 characters of a key (enough to tell two apart).
 fn short(key: &str) -> String {
     key.chars().take(8).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        collections::HashMap,
+        sync::{Arc, Mutex},
+    };
+
+    use axum::{
+        Json,
+        extract::State,
+        http::{HeaderMap, HeaderValue, StatusCode},
+        routing::{delete, get, post},
+    };
+
+    use super::*;
+    use crate::demo::{Endpoints, Target};
+
+    /// A shop that keeps each customer's idempotency keys, and a fault API
+    /// whose toxic on `gateway-order` loses the answer (a 502 after the
+    /// order was placed) only when `loses`.
+    #[derive(Debug, Default)]
+    struct Shop {
+        loses: bool,
+        toxic: bool,
+        keys: HashMap<String, Vec<String>>,
+    }
+
+    type Shared = Arc<Mutex<Shop>>;
+
+    fn customer(headers: &HeaderMap) -> String {
+        headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    async fn sign_in(Json(body): Json<Value>) -> Json<Value> {
+        Json(json!({ "access_token": body["customer"] }))
+    }
+
+    async fn products() -> Json<Value> {
+        Json(json!({ "items": [{ "id": "p1" }] }))
+    }
+
+    async fn place(
+        State(shop): State<Shared>,
+        headers: HeaderMap,
+    ) -> (StatusCode, HeaderMap, &'static str) {
+        let key = headers
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let mut shop = shop.lock().unwrap();
+        let lost = shop.loses && shop.toxic;
+        let keys = shop.keys.entry(customer(&headers)).or_default();
+        let mut answer = HeaderMap::new();
+        if keys.contains(&key) {
+            answer.insert("idempotent-replayed", HeaderValue::from_static("true"));
+            return (StatusCode::CREATED, answer, "{}");
+        }
+        keys.push(key);
+        let status = if lost {
+            StatusCode::BAD_GATEWAY
+        } else {
+            StatusCode::CREATED
+        };
+        (status, answer, "{}")
+    }
+
+    async fn orders(State(shop): State<Shared>, headers: HeaderMap) -> Json<Value> {
+        let n = shop
+            .lock()
+            .unwrap()
+            .keys
+            .get(&customer(&headers))
+            .map_or(0, Vec::len);
+        Json(json!({ "items": vec![json!({}); n] }))
+    }
+
+    async fn add_toxic(State(shop): State<Shared>) -> &'static str {
+        shop.lock().unwrap().toxic = true;
+        "{}"
+    }
+
+    async fn heal(State(shop): State<Shared>) -> StatusCode {
+        shop.lock().unwrap().toxic = false;
+        StatusCode::NO_CONTENT
+    }
+
+    /// The shop's endpoints (gateway, fault API and Order's admin: one
+    /// server).
+    async fn shop(loses: bool) -> Endpoints {
+        let shared: Shared = Arc::new(Mutex::new(Shop {
+            loses,
+            ..Shop::default()
+        }));
+        let app = axum::Router::new()
+            .route("/api/session", post(sign_in))
+            .route("/api/products", get(products))
+            .route("/api/orders", post(place).get(orders))
+            .route(&format!("/proxies/{EDGE}/toxics"), post(add_toxic))
+            .route(&format!("/proxies/{EDGE}/toxics/{TOXIC}"), delete(heal))
+            .route("/reset", post(heal))
+            .with_state(shared);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Endpoints {
+            gateway: base.clone(),
+            faults: base.clone(),
+            order_admin: base,
+        }
+    }
+
+    /// Against a system whose "lost" answer arrives (201), the repeat is a
+    /// plain duplicate and the lesson was not shown: before, the scene
+    /// passed on it (one order, the repeat replayed), as it ignored the
+    /// first answer and the orders after it.
+    #[tokio::test]
+    async fn the_scene_passes_only_when_the_first_answer_was_lost_and_the_order_placed() {
+        let on = |endpoints| Run {
+            target: Target::Running(endpoints),
+            seed: 7,
+        };
+        let arrived = run(&on(shop(false).await)).await.unwrap();
+        assert_eq!(arrived.get("orders_with_same_key"), Some(1.0), "{arrived}");
+        assert_eq!(arrived.get("orders_with_new_key"), Some(2.0), "{arrived}");
+        assert_eq!(arrived.get("first_answers_lost"), Some(0.0), "{arrived}");
+        assert!(!arrived.passed, "{arrived}");
+
+        let lost = run(&on(shop(true).await)).await.unwrap();
+        assert_eq!(lost.get("first_answers_lost"), Some(2.0), "{lost}");
+        assert!(lost.passed, "{lost}");
+    }
 }

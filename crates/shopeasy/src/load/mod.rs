@@ -51,8 +51,8 @@ use tokio_util::sync::CancellationToken;
 /// What to run.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LoadArgs {
-    /// The gateway's base URL.
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    /// The gateway's base URL (`http://` or `https://`).
+    #[arg(long, default_value = "http://127.0.0.1:8080", value_parser = bounds::target)]
     pub target: String,
     /// Requests per second.
     #[arg(long, default_value_t = 200.0, value_parser = bounds::rate)]
@@ -153,8 +153,29 @@ pub struct Summary {
     pub statuses: BTreeMap<u16, usize>,
     /// Latency percentiles: p50, p90, p99, p99.9, max.
     pub percentiles: [(f64, Duration); 5],
-    /// Achieved send rate per second.
+    /// Achieved send rate per second: requests sent per second of the time
+    /// the sends took (the offered window, longer when the generator fell
+    /// behind its schedule).
     pub achieved_rate: f64,
+}
+
+/// The time `sent` requests at `rate` per second took to send when the last
+/// went out `last_send` after the start: the offered window (`sent / rate`)
+/// when the generator kept to its schedule, longer when it fell behind.
+///
+/// Why not the time until the last send: that is one interval short (the
+/// last request's own interval is part of the window), so a run's rate
+/// read `sent / (sent − 1)` times too high: twice for two requests, and
+/// without bound for one (its window the microseconds after its send).
+fn send_window(sent: usize, rate: f64, last_send: Duration) -> Duration {
+    if sent == 0 {
+        return Duration::ZERO;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let offered = sent as f64 / rate;
+    // `1 / rate` is at most 100 s and `sent / rate` at most a day (bounds).
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    Duration::from_secs_f64(offered).max(last_send + interval)
 }
 
 impl Summary {
@@ -262,7 +283,7 @@ impl fmt::Display for Summary {
 /// parsing them makes sure).
 ///
 /// # Errors
-/// When the customers cannot be signed in.
+/// When the catalogue cannot be read or the customers cannot be signed in.
 pub async fn run(args: &LoadArgs) -> anyhow::Result<Summary> {
     run_live(args, &Live::default()).await
 }
@@ -278,7 +299,10 @@ pub async fn run_live(args: &LoadArgs, live: &Live) -> anyhow::Result<Summary> {
         .pool_max_idle_per_host(256)
         .build()?;
     let base = args.target.trim_end_matches('/').to_owned();
-    let products = product_ids(&client, &base).await.unwrap_or_default();
+    // A catalogue that cannot be read is an error, not an empty one: an
+    // empty catalogue turns every request into a read, so a failed list
+    // ran `--read-ratio 0` as all reads and reported it as a pass.
+    let products = product_ids(&client, &base).await?;
     let customers = if products.is_empty() || args.read_ratio >= 1.0 {
         signin::Customers::default()
     } else {
@@ -290,6 +314,7 @@ pub async fn run_live(args: &LoadArgs, live: &Live) -> anyhow::Result<Summary> {
     };
 
     let total = (args.rate * args.duration).round() as usize;
+    // `rate` is at least `bounds::MIN_RATE`: at most 100 s.
     let interval = Duration::from_secs_f64(1.0 / args.rate);
     let samples = live.samples.clone();
     let mut rng = SmallRng::seed_from_u64(args.seed);
@@ -297,12 +322,15 @@ pub async fn run_live(args: &LoadArgs, live: &Live) -> anyhow::Result<Summary> {
     let mut tasks = tokio::task::JoinSet::new();
     let mut next_progress = start + Duration::from_secs(1);
     let mut pacer = pace::Pacer::new();
+    let (mut sent, mut last_send) = (0, Duration::ZERO);
     for i in 0..total {
         let intended = start + interval.mul_f64(i as f64);
         tokio::select! {
             () = pacer.until(intended) => {}
             () = live.stop.cancelled() => break,
         }
+        sent += 1;
+        last_send = start.elapsed();
         live.sent.fetch_add(1, Ordering::Relaxed);
         let read = products.is_empty() || rng.random_bool(args.read_ratio);
         let request = if read {
@@ -324,12 +352,16 @@ pub async fn run_live(args: &LoadArgs, live: &Live) -> anyhow::Result<Summary> {
         };
         let sink = samples.clone();
         tasks.spawn(async move {
+            // Read the body: the latency includes it, and an answer whose
+            // body broke off is no answer (0), as the sweep's client counts
+            // it — not a success because its head arrived.
             let status = match request.send().await {
                 Ok(res) => {
                     let status = res.status().as_u16();
-                    // Read the body: the latency includes it.
-                    let _ = res.bytes().await;
-                    status
+                    match res.bytes().await {
+                        Ok(_) => status,
+                        Err(_) => 0,
+                    }
                 }
                 Err(_) => 0,
             };
@@ -358,28 +390,38 @@ pub async fn run_live(args: &LoadArgs, live: &Live) -> anyhow::Result<Summary> {
             );
         }
     }
-    let elapsed = start.elapsed();
+    let window = send_window(sent, args.rate, last_send);
     while tasks.join_next().await.is_some() {}
     if !args.quiet {
         eprintln!();
     }
     let samples = lock(&samples);
     let reads = samples.iter().filter(|s| s.read).count();
-    let summary = Summary::from_samples(&samples, elapsed);
+    let summary = Summary::from_samples(&samples, window);
     if !args.quiet {
         eprintln!("mix: {reads} reads, {} orders", samples.len() - reads);
     }
     Ok(summary)
 }
 
+/// The ids of the catalogue's first 100 products (none: the load reads).
+///
+/// # Errors
+/// No answer, not 2xx, or not JSON: named, with the URL.
 async fn product_ids(client: &reqwest::Client, base: &str) -> anyhow::Result<Vec<String>> {
+    use anyhow::Context as _;
+    let url = format!("{base}/api/products?limit=100");
+    let what = || format!("reading the catalogue (GET {url})");
     let page: serde_json::Value = client
-        .get(format!("{base}/api/products?limit=100"))
+        .get(&url)
         .send()
-        .await?
-        .error_for_status()?
+        .await
+        .with_context(what)?
+        .error_for_status()
+        .with_context(what)?
         .json()
-        .await?;
+        .await
+        .with_context(what)?;
     Ok(page["items"]
         .as_array()
         .map(|items| {
@@ -433,6 +475,10 @@ mod tests {
         // (`--timeout=-1`), measured nothing (`--capacity=-5`) or never
         // sent (`--max-connections 0`).
         let bad = [
+            // No scheme: every request failed before it left, as "no answer".
+            ("--target", "127.0.0.1:8080"),
+            // Positive, but its interval overflowed a Duration (a panic).
+            ("--rate", "1e-20"),
             ("--timeout", "-1"),
             ("--duration", "0"),
             ("--rate", "NaN"),
@@ -469,8 +515,10 @@ mod tests {
             "--max-connections=1",
             "--multipliers=0.5,5",
             "--max-error-rate=0",
+            "--target=https://shop.example/",
         ])
         .expect("values in range parse");
+        assert_eq!(good.load.target, "https://shop.example");
         assert_eq!(good.load.sweep.max_connections, 1);
         assert_eq!(good.load.sweep.multipliers, [0.5, 5.0]);
     }
@@ -583,6 +631,110 @@ mod tests {
         assert!(
             seen.iter()
                 .all(|(auth, _)| matches!(auth.as_deref(), Some("Bearer t1" | "Bearer t2")))
+        );
+    }
+
+    /// One request at 1/s, four at 4/s: the rate is theirs, not
+    /// `sent / (sent − 1)` times it. Before, the window ended at the last
+    /// send, so one request "ran" at thousands a second.
+    #[tokio::test]
+    async fn the_achieved_rate_is_per_second_of_the_offered_window() {
+        let base = stub(0, Duration::ZERO).await;
+        for (rate, sent) in [(1.0, 1), (4.0, 4)] {
+            let mut a = args(base.clone());
+            (a.rate, a.duration) = (rate, 1.0);
+            let summary = run(&a).await.unwrap();
+            assert_eq!(summary.sent, sent, "{summary}");
+            assert!(
+                summary.achieved_rate <= rate + 1e-9 && summary.achieved_rate > rate * 0.9,
+                "{rate}/s offered: {summary}"
+            );
+        }
+        assert_eq!(send_window(0, 5.0, Duration::ZERO), Duration::ZERO);
+        // A generator that fell behind: its sends took 3 s, not 2.
+        assert_eq!(
+            send_window(4, 2.0, Duration::from_millis(2500)),
+            Duration::from_secs(3)
+        );
+    }
+
+    /// A server whose catalogue (`?limit=100`) is empty and whose every
+    /// other answer breaks off: a 200 whose body stops 5 bytes into the 100
+    /// its `content-length` promised.
+    async fn cut_short_stub() -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    // The request's head (a GET: no body follows it).
+                    let mut head = Vec::new();
+                    let mut buf = [0_u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let answer = if head.starts_with(b"GET /api/products?limit=100 ") {
+                        let body = r#"{"items":[],"next_cursor":null}"#;
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                    } else {
+                        "HTTP/1.1 200 OK\r\ncontent-length: 100\r\nconnection: close\r\n\r\nshort"
+                            .to_owned()
+                    };
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    /// Before, the body's error was dropped and the 200 of its head
+    /// counted: a target that cut every answer short passed the gates.
+    #[tokio::test]
+    async fn an_answer_whose_body_breaks_off_is_no_answer() {
+        let args = args(cut_short_stub().await);
+        let summary = run(&args).await.unwrap();
+        assert_eq!(summary.sent, 100, "{summary}");
+        assert_eq!(summary.statuses.get(&0), Some(&100), "{summary}");
+        assert_eq!(summary.errors, 100, "{summary}");
+        assert!(!summary.failed_gates(&args).is_empty(), "{summary}");
+    }
+
+    /// Before, the failed list read as an empty catalogue: `--read-ratio 0`
+    /// ran as all reads, against a catalogue that answered 500.
+    #[tokio::test]
+    async fn a_catalogue_that_cannot_be_read_is_an_error_not_a_run_of_reads() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let reads = Arc::new(AtomicUsize::new(0));
+        let counted = reads.clone();
+        let app = axum::Router::new().route(
+            "/api/products",
+            axum::routing::get(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async { (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "{}") }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let mut a = args(format!("http://{addr}"));
+        a.read_ratio = 0.0;
+        let err = format!("{:#}", run(&a).await.unwrap_err());
+        assert!(
+            err.contains("reading the catalogue") && err.contains("500"),
+            "{err}"
+        );
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            1,
+            "only the catalogue was read"
         );
     }
 

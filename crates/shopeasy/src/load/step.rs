@@ -47,8 +47,13 @@ pub struct StepResult {
     pub multiplier: f64,
     /// Requests per second offered.
     pub offered: f64,
-    /// How long the step sent.
+    /// The step's offered window: its requests ÷ `offered` (what goodput
+    /// is per second of).
     pub seconds: f64,
+    /// How long the step took, from its start until its last request was
+    /// answered or given up (up to the deadline after its last send): the
+    /// span its CPU and pressure figures are read over.
+    pub wall_seconds: f64,
     /// Requests sent.
     pub sent: u64,
     /// Requests the generator could not send (its outstanding cap).
@@ -103,7 +108,8 @@ pub struct StepResult {
 }
 
 impl StepResult {
-    /// Goodput: 2xx within the deadline, per second.
+    /// Goodput: 2xx within the deadline, per second of the offered window
+    /// (`seconds`).
     pub fn goodput(&self) -> f64 {
         #[allow(clippy::cast_precision_loss)]
         let good = self.good as f64;
@@ -181,8 +187,17 @@ pub fn pick(seed: u64, i: u64, n: usize) -> usize {
     usize::try_from(z % (n.max(1) as u64)).unwrap_or(0)
 }
 
+/// Most answers a step makes room for before it starts; beyond, the list
+/// grows as answers come. Why a cap: the room was `rate × duration`, made
+/// before the first send, and a step of 1e8/s for 20 s asked for ~80 GB.
+pub const PREALLOCATED_ANSWERS: usize = 1 << 16;
+
 /// Offers `rate` requests per second for `duration` through `client`, at
 /// most `max_outstanding` waiting at once, each given up after `deadline`.
+///
+/// The result's `seconds` is the offered window (`total / rate`: the sends
+/// span it, the last one's interval included), and `wall_seconds` the
+/// whole step, its last answers included.
 pub async fn offer(
     client: &StepClient,
     rate: f64,
@@ -192,10 +207,14 @@ pub async fn offer(
 ) -> StepResult {
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let total = (rate * duration.as_secs_f64()).round() as u64;
-    let interval = Duration::from_secs_f64(1.0 / rate);
+    // `rate` is at least `bounds::MIN_RATE` (an interval of 100 s); a
+    // smaller one sends nothing in a day, whatever its interval.
+    let interval = Duration::try_from_secs_f64(1.0 / rate).unwrap_or(Duration::MAX);
     // A std mutex: the critical section is a push, never held across an await.
     let answers = Arc::new(Mutex::new(Vec::with_capacity(
-        usize::try_from(total).unwrap_or(0),
+        usize::try_from(total)
+            .unwrap_or(usize::MAX)
+            .min(PREALLOCATED_ANSWERS),
     )));
     let permits = Arc::new(Semaphore::new(max_outstanding.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
@@ -228,10 +247,18 @@ pub async fn offer(
         });
         while tasks.try_join_next().is_some() {}
     }
-    let seconds = start.elapsed().as_secs_f64();
+    // The offered window, not the time until the last send: that is one
+    // interval short, and read goodput `total / (total − 1)` times too high
+    // (a probe of one request at 1/s: thousands a second, taken for the
+    // capacity).
+    #[allow(clippy::cast_precision_loss)]
+    let seconds = total as f64 / rate;
     while tasks.join_next().await.is_some() {}
+    let wall_seconds = start.elapsed().as_secs_f64();
     let answers = answers.lock().unwrap_or_else(PoisonError::into_inner);
-    StepResult::from_answers(rate, seconds, not_sent, &answers, deadline)
+    let mut r = StepResult::from_answers(rate, seconds, not_sent, &answers, deadline);
+    r.wall_seconds = wall_seconds;
+    r
 }
 
 #[cfg(test)]
@@ -286,5 +313,58 @@ mod tests {
         assert_eq!(r.send_lag_p99, MS * 98 / 100);
         assert!((r.goodput() - 50.0).abs() < 1e-9);
         assert_eq!(quantile(&[], 0.99), Duration::ZERO);
+    }
+
+    /// A client of a catalogue that answers each read after `delay`.
+    async fn client_of(delay: Duration) -> StepClient {
+        let app = axum::Router::new().route(
+            "/api/products",
+            axum::routing::get(move || async move {
+                tokio::time::sleep(delay).await;
+                r#"{"items":[],"next_cursor":null}"#
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let target = Target {
+            base: format!("http://{addr}"),
+            products: Vec::new(),
+            customers: Customers::default(),
+            seed: 1,
+        };
+        StepClient::new(target, 4).unwrap()
+    }
+
+    /// One request at 1/s for 1 s is a goodput of 1/s, three at 10/s of
+    /// 10/s. Before, the window ended at the last send: the probe of one
+    /// request read thousands a second, and the sweep took that for the
+    /// capacity (`--start-rate 1 --probe-seconds 1`).
+    #[tokio::test]
+    async fn goodput_is_per_second_of_the_offered_window() {
+        let client = client_of(Duration::ZERO).await;
+        let deadline = Duration::from_secs(2);
+        for (rate, length, sent) in [(1.0, 1000, 1), (10.0, 300, 3)] {
+            let r = offer(&client, rate, MS * length, deadline, 4).await;
+            assert_eq!((r.sent, r.good), (sent, sent), "{r:?}");
+            assert!(
+                (r.seconds - f64::from(length) / 1000.0).abs() < 1e-9,
+                "{r:?}"
+            );
+            assert!((r.goodput() - rate).abs() < 1e-9, "{r:?}");
+        }
+    }
+
+    /// Answers 300 ms late to sends at 0 and 100 ms: the step's offered
+    /// window is 0.2 s, its wall time at least 0.4 s. The sweep reads the
+    /// target's CPU after the last answer, so it divides by the latter
+    /// (before, by the send window: the cores read twice too many here).
+    #[tokio::test]
+    async fn a_step_lasts_until_its_last_answer_not_its_last_send() {
+        let client = client_of(MS * 300).await;
+        let r = offer(&client, 10.0, MS * 200, Duration::from_secs(2), 4).await;
+        assert_eq!((r.sent, r.good), (2, 2), "{r:?}");
+        assert!((r.seconds - 0.2).abs() < 1e-9, "{r:?}");
+        assert!(r.wall_seconds >= 0.4, "{r:?}");
     }
 }

@@ -113,11 +113,27 @@ pub fn next_probe(args: &SweepArgs, best: f64, last: &StepResult) -> Option<f64>
     (rose && p99_ok).then_some(last.offered * args.ramp)
 }
 
-/// The rates of the steps: each multiple of `capacity`.
-pub fn step_rates(capacity: f64, multipliers: &[f64]) -> Vec<(f64, f64)> {
+/// The rates of the steps: each multiple of `capacity`, at least 1/s.
+///
+/// # Errors
+/// A step above [`bounds::MAX_RATE`], named. Why: the options are each in
+/// range, but their product is not (`--capacity 100000 --multipliers
+/// 1000` asked a step for 1e8/s, beyond what one generator sends, and for
+/// room for every answer before the first send).
+pub fn step_rates(capacity: f64, multipliers: &[f64]) -> anyhow::Result<Vec<(f64, f64)>> {
     multipliers
         .iter()
-        .map(|&m| (m, (capacity * m).max(1.0)))
+        .map(|&m| {
+            let rate = (capacity * m).max(1.0);
+            if rate > bounds::MAX_RATE {
+                anyhow::bail!(
+                    "the {m}× step of a capacity of {capacity:.0}/s would offer {rate:.0}/s, \
+                     more than the {max:.0}/s a step may: lower --multipliers or --capacity",
+                    max = bounds::MAX_RATE
+                );
+            }
+            Ok((m, rate))
+        })
         .collect()
 }
 
@@ -142,7 +158,10 @@ pub struct Sweep {
 /// sure).
 ///
 /// # Errors
-/// Customers who cannot be signed in, or the CSV / SVG cannot be written.
+/// A step above [`bounds::MAX_RATE`] (before anything is sent when
+/// `--capacity` is given, else after the search), a catalogue that cannot
+/// be read, customers who cannot be signed in, or the CSV / SVG cannot be
+/// written.
 pub async fn run(
     base: &str,
     args: &SweepArgs,
@@ -150,6 +169,9 @@ pub async fn run(
     seed: u64,
     quiet: bool,
 ) -> anyhow::Result<Sweep> {
+    if let Some(capacity) = args.capacity {
+        step_rates(capacity, &args.multipliers)?;
+    }
     let deadline = Duration::from_secs_f64(args.deadline);
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.max_outstanding.min(1024))
@@ -157,7 +179,9 @@ pub async fn run(
         .tcp_nodelay(true)
         .build()?;
     let base = base.trim_end_matches('/').to_owned();
-    let products = super::product_ids(&client, &base).await.unwrap_or_default();
+    // Not an empty catalogue when it cannot be read: that would run the
+    // sweep on reads instead of orders (see `super::run_live`).
+    let products = super::product_ids(&client, &base).await?;
     let customers = if products.is_empty() {
         signin::Customers::default()
     } else {
@@ -223,25 +247,7 @@ pub async fn run(
         r.rss_kib = rss_kib;
         r.client_connections = client_connections;
         let after = usage().await;
-        let seconds = r.seconds.max(1e-9);
-        let cores = |before: Option<f64>, after: Option<f64>| Some((after? - before?) / seconds);
-        r.target_cpu = cores(before.target_cpu, after.target_cpu);
-        r.generator_cpu = cores(before.generator_cpu, after.generator_cpu);
-        r.target_wait_per_slice = after
-            .target_threads
-            .zip(before.target_threads)
-            .and_then(|(after, before)| after.wait_per_slice_since(&before));
-        #[allow(clippy::cast_precision_loss)]
-        let pressure = after
-            .cpu_pressure_us
-            .zip(before.cpu_pressure_us)
-            .map(|(after, before)| after.saturating_sub(before) as f64 / 1e6 / seconds);
-        r.cpu_pressure = pressure.map(|p| p.min(1.0));
-        r.target_shed_p99 = after
-            .own_refusals
-            .zip(before.own_refusals)
-            .and_then(|(after, before)| after.p99_since(&before));
-        r
+        used_over_the_step(r, before, after)
     };
 
     let mut probes = Vec::new();
@@ -269,7 +275,7 @@ pub async fn run(
                 best = best.max(r.goodput());
                 probes.push(r);
                 match next {
-                    Some(n) if n <= 100_000.0 => rate = n,
+                    Some(n) if n <= bounds::MAX_RATE => rate = n,
                     _ => break,
                 }
                 // Let queues drain between probes.
@@ -283,7 +289,7 @@ pub async fn run(
     }
 
     let mut steps = Vec::new();
-    for (multiplier, rate) in step_rates(capacity, &args.multipliers) {
+    for (multiplier, rate) in step_rates(capacity, &args.multipliers)? {
         restock().await;
         let before = usage().await;
         let mut r = step::offer(
@@ -396,6 +402,36 @@ struct Usage {
     target_threads: Option<procstat::Threads>,
     cpu_pressure_us: Option<u64>,
     own_refusals: Option<refusals::Buckets>,
+}
+
+/// `r` with the figures of its use of the machine: what `after` (read once
+/// its last request was answered or given up) adds to `before` (read
+/// before its first send), per second of the step's wall time.
+///
+/// Why the wall time and not the send window (`r.seconds`): the CPU the
+/// target spends on the answers after the last send is in `after`, so
+/// over the send window alone it read up to `--deadline` seconds' worth
+/// too many cores (and too much pressure) for a step.
+fn used_over_the_step(mut r: StepResult, before: Usage, after: Usage) -> StepResult {
+    let seconds = r.wall_seconds.max(1e-9);
+    let cores = |before: Option<f64>, after: Option<f64>| Some((after? - before?) / seconds);
+    r.target_cpu = cores(before.target_cpu, after.target_cpu);
+    r.generator_cpu = cores(before.generator_cpu, after.generator_cpu);
+    r.target_wait_per_slice = after
+        .target_threads
+        .zip(before.target_threads)
+        .and_then(|(after, before)| after.wait_per_slice_since(&before));
+    #[allow(clippy::cast_precision_loss)]
+    let pressure = after
+        .cpu_pressure_us
+        .zip(before.cpu_pressure_us)
+        .map(|(after, before)| after.saturating_sub(before) as f64 / 1e6 / seconds);
+    r.cpu_pressure = pressure.map(|p| p.min(1.0));
+    r.target_shed_p99 = after
+        .own_refusals
+        .zip(before.own_refusals)
+        .and_then(|(after, before)| after.p99_since(&before));
+    r
 }
 
 /// The pause after a step of `seconds`: a tenth of it, at most `max`.
@@ -581,8 +617,71 @@ mod tests {
 
     #[test]
     fn steps_are_multiples_of_the_capacity() {
-        let rates = step_rates(800.0, &[0.5, 1.0, 5.0]);
+        let rates = step_rates(800.0, &[0.5, 1.0, 5.0]).unwrap();
         assert_eq!(rates, vec![(0.5, 400.0), (1.0, 800.0), (5.0, 4000.0)]);
+    }
+
+    /// Each option in range, their product not: before, the step ran at
+    /// 1e8/s and first made room for 2e9 answers (~80 GB).
+    #[test]
+    fn a_step_above_the_most_a_step_may_offer_is_refused_by_name() {
+        let err = step_rates(100_000.0, &[1.0, 1000.0])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("1000× step")
+                && err.contains("100000000/s")
+                && err.contains("--multipliers"),
+            "{err}"
+        );
+        assert!(step_rates(20_000.0, &[5.0]).is_ok(), "at the bound");
+    }
+
+    /// `--capacity` and `--multipliers` that make a step too fast are an
+    /// error before the sweep signs in or sends anything (the target here
+    /// does not exist: nothing was tried).
+    #[tokio::test]
+    async fn a_sweep_with_a_step_too_fast_fails_before_it_sends() {
+        let a = Cli::parse_from([
+            "x",
+            "--sweep",
+            "--capacity",
+            "100000",
+            "--multipliers",
+            "1000",
+        ])
+        .sweep;
+        let err = run("http://127.0.0.1:9", &a, &SignInArgs::default(), 1, true)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("more than the 100000/s a step may"), "{err}");
+    }
+
+    fn usage(cpu: f64, pressure_us: u64) -> Usage {
+        Usage {
+            target_cpu: Some(cpu),
+            generator_cpu: Some(cpu / 2.0),
+            target_threads: None,
+            cpu_pressure_us: Some(pressure_us),
+            own_refusals: None,
+        }
+    }
+
+    /// A step that sent for 1 s and took 2 s in all (answers up to its
+    /// deadline after the last send): 1 s of CPU over it is half a core,
+    /// not the one core its send window made of it.
+    #[test]
+    fn cores_and_pressure_are_per_second_of_the_whole_step() {
+        let r = StepResult {
+            seconds: 1.0,
+            wall_seconds: 2.0,
+            ..StepResult::default()
+        };
+        let r = used_over_the_step(r, usage(10.0, 0), usage(11.0, 500_000));
+        assert_eq!(r.target_cpu, Some(0.5));
+        assert_eq!(r.generator_cpu, Some(0.25));
+        assert_eq!(r.cpu_pressure, Some(0.25));
     }
 
     #[test]
