@@ -387,10 +387,17 @@ pub fn gates(sweep: &Sweep) -> Vec<Gate> {
         None => gate("3× refusals' p99 ≤ 5 ms".to_owned(), None),
     });
     out.push(share(5.0, 0.8));
+    // A request the generator could not send (its bound on outstanding
+    // requests was full) got no answer either: it counts, or a generator
+    // that fell behind would pass this gate by not asking.
     let unanswered: u64 = sweep.steps.iter().map(|s| s.no_answer).sum();
+    let not_sent: u64 = sweep.steps.iter().map(|s| s.not_sent).sum();
     out.push(gate(
-        format!("{unanswered} requests without an answer (0 allowed)"),
-        Some(unanswered == 0),
+        format!(
+            "{unanswered} requests without an answer and {not_sent} not sent by the \
+             generator (0 allowed)"
+        ),
+        Some(unanswered == 0 && not_sent == 0),
     ));
     out
 }
@@ -610,6 +617,12 @@ mod tests {
             .filter(|g| g.passed == Some(false))
             .collect();
         assert_eq!(failed.len(), 5, "{failed:?}");
+
+        // Requests the generator never sent are not answered either.
+        let mut behind = flat.clone();
+        behind.steps[3].not_sent = 1;
+        let last = gates(&behind).pop().unwrap();
+        assert_eq!(last.passed, Some(false), "{last:?}");
 
         let partial = gates(&sweep(vec![step_at(0.5, 50, 10)]));
         assert_eq!(partial[0].passed, None, "no 3× step: not judged");
