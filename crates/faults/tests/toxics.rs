@@ -494,11 +494,12 @@ async fn removing_latency_releases_an_answer_it_already_holds() {
     assert_eq!(read_n(&mut client, 4, HEALED).await, b"ping");
 }
 
-#[tokio::test]
-async fn removing_bandwidth_releases_the_rest_of_a_chunk_it_is_pacing() {
+/// An echo behind a 1 KB/s downstream bandwidth toxic, a 20 KB answer in
+/// it (20 s of pacing: 100 bytes every 100 ms), and a client that has read
+/// its first 100 bytes: a chunk the toxic is pacing right now.
+async fn a_chunk_being_paced() -> (support::Upstream, FaultProxy, TcpStream) {
     let upstream = echo().await;
     let proxy = proxy_to(upstream.addr).await;
-    // 1 KB/s: the 20 KB answer would take 20 s.
     proxy
         .add_toxic(Toxic::new(
             ToxicKind::Bandwidth { rate: 1 },
@@ -507,26 +508,21 @@ async fn removing_bandwidth_releases_the_rest_of_a_chunk_it_is_pacing() {
         .unwrap();
     let mut client = connect(proxy.listen_addr()).await;
     client.write_all(&[6u8; 20_000]).await.unwrap();
-    let first = read_n(&mut client, 100, LIMIT).await;
+    assert_eq!(read_n(&mut client, 100, LIMIT).await.len(), 100);
+    (upstream, proxy, client)
+}
+
+#[tokio::test]
+async fn removing_bandwidth_releases_the_rest_of_a_chunk_it_is_pacing() {
+    let (_upstream, proxy, mut client) = a_chunk_being_paced().await;
     proxy.remove_toxic("bandwidth_downstream").unwrap();
-    let rest = read_n(&mut client, 20_000 - first.len(), HEALED).await;
+    let rest = read_n(&mut client, 20_000 - 100, HEALED).await;
     assert!(rest.iter().all(|b| *b == 6));
 }
 
 #[tokio::test]
 async fn a_black_hole_added_mid_chunk_drops_the_rest_of_it() {
-    let upstream = echo().await;
-    let proxy = proxy_to(upstream.addr).await;
-    // 1 KB/s: 100 bytes every 100 ms for 20 s.
-    proxy
-        .add_toxic(Toxic::new(
-            ToxicKind::Bandwidth { rate: 1 },
-            Stream::Downstream,
-        ))
-        .unwrap();
-    let mut client = connect(proxy.listen_addr()).await;
-    client.write_all(&[6u8; 20_000]).await.unwrap();
-    read_n(&mut client, 100, LIMIT).await;
+    let (_upstream, proxy, mut client) = a_chunk_being_paced().await;
     proxy
         .add_toxic(Toxic::new(
             ToxicKind::Timeout { timeout: 0 },
