@@ -2,7 +2,8 @@
 //!
 //! 1. **Capacity**: offer a rising rate (`--start-rate`, ×`--ramp` per probe)
 //!    until goodput stops rising (less than `--min-gain` over the best so
-//!    far) or the admitted p99 passes `--p99-bound`; the capacity is the best
+//!    far) or the admitted p99 passes `--p99-bound` (or after
+//!    [`MAX_PROBES`] probes); the capacity is the best
 //!    goodput seen (or `--capacity` skips the search).
 //! 2. **Steps**: offer 0.5×, 1×, 2×, 3× and 5× of it open-loop
 //!    (`--multipliers`), restocking before each step so orders are real
@@ -105,12 +106,20 @@ pub struct SweepArgs {
     pub name: String,
 }
 
-/// The next rate of the capacity search, or `None` when it is over:
-/// goodput stopped rising, or the admitted p99 passed the bound.
-pub fn next_probe(args: &SweepArgs, best: f64, last: &StepResult) -> Option<f64> {
+/// The most probes one capacity search makes. Each option is in range,
+/// but together they need not end soon: `--ramp 1.0001 --min-gain 0`
+/// climbs from 0.01/s towards 100,000/s in steps of 0.01 %, and a target
+/// whose goodput keeps rising a hair would take days. Forty probes at the
+/// default ramp of 1.4 span a factor of 700,000.
+pub const MAX_PROBES: usize = 40;
+
+/// The next rate of the capacity search after `probes` probes, or `None`
+/// when it is over: goodput stopped rising, the admitted p99 passed the
+/// bound, or it made [`MAX_PROBES`].
+pub fn next_probe(args: &SweepArgs, best: f64, last: &StepResult, probes: usize) -> Option<f64> {
     let rose = last.goodput() >= best * (1.0 + args.min_gain);
     let p99_ok = last.admitted_p99.as_secs_f64() * 1000.0 <= args.p99_bound;
-    (rose && p99_ok).then_some(last.offered * args.ramp)
+    (rose && p99_ok && probes < MAX_PROBES).then_some(last.offered * args.ramp)
 }
 
 /// The rates of the steps: each multiple of `capacity`, at least 1/s.
@@ -271,7 +280,7 @@ pub async fn run(
                 if !quiet {
                     eprintln!("probe {}", row(&r));
                 }
-                let next = next_probe(args, best, &r);
+                let next = next_probe(args, best, &r, probes.len() + 1);
                 best = best.max(r.goodput());
                 probes.push(r);
                 match next {
@@ -560,17 +569,24 @@ mod tests {
     fn the_search_ramps_while_goodput_rises_and_latency_holds() {
         let a = args();
         assert_eq!(a.multipliers, vec![0.5, 1.0, 2.0, 3.0, 5.0]);
-        let next = next_probe(&a, 0.0, &result(100.0, 100, 10)).unwrap();
+        let next = next_probe(&a, 0.0, &result(100.0, 100, 10), 1).unwrap();
         assert!((next - 140.0).abs() < 1e-9);
         assert_eq!(
-            next_probe(&a, 500.0, &result(700.0, 510, 10)),
+            next_probe(&a, 500.0, &result(700.0, 510, 10), 2),
             None,
             "goodput rose 2 %"
         );
         assert_eq!(
-            next_probe(&a, 100.0, &result(140.0, 140, 900)),
+            next_probe(&a, 100.0, &result(140.0, 140, 900), 2),
             None,
             "p99 past the bound"
+        );
+        // Rising and within the bound, but the search has made its probes.
+        assert!(next_probe(&a, 100.0, &result(140.0, 140, 10), MAX_PROBES - 1).is_some());
+        assert_eq!(
+            next_probe(&a, 100.0, &result(140.0, 140, 10), MAX_PROBES),
+            None,
+            "{MAX_PROBES} probes made"
         );
     }
 
