@@ -298,9 +298,10 @@ fn check_service(objects: &[Json], spec: &ServiceSpec, complete: bool, out: &mut
         let port_ok = is_admin_port(&get["port"], spec);
         let path_ok = path.map_or_else(
             || {
-                get["path"]
-                    .as_str()
-                    .is_some_and(|p| p.starts_with("/health/"))
+                // The admin listener serves these two and nothing else
+                // under /health (a `/health/startup` is its 404: a pod
+                // that never starts).
+                get["path"] == "/health/live" || get["path"] == "/health/ready"
             },
             |p| get["path"] == p,
         );
@@ -309,7 +310,7 @@ fn check_service(objects: &[Json], spec: &ServiceSpec, complete: bool, out: &mut
                 &place,
                 format!(
                     "{probe} must be httpGet {} on the admin port",
-                    path.unwrap_or("/health/*")
+                    path.unwrap_or("/health/live or /health/ready")
                 ),
             ));
         }

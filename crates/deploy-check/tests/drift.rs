@@ -546,6 +546,17 @@ fn wrong_ports_and_probes_in_kubernetes_are_caught() {
         &findings,
         "Deployment product: readinessProbe must be httpGet /health/ready on the admin port",
     );
+    // The admin listener has no /health/startup: a pod probed there never
+    // starts.
+    let findings = base_findings(Some((
+        "gateway.yaml",
+        "startupProbe:\n            httpGet: {path: /health/live, port: admin}",
+        "startupProbe:\n            httpGet: {path: /health/startup, port: admin}",
+    )));
+    assert_caught(
+        &findings,
+        "Deployment gateway: startupProbe must be httpGet /health/live or /health/ready on the admin port",
+    );
     let findings = base_findings(Some(("order.yaml", "  replicas: 2\n", "  replicas: 1\n")));
     assert_caught(&findings, "Deployment order: replicas must be at least 2");
 }

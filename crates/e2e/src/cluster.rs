@@ -10,8 +10,9 @@
 //!                                   └─[order-redis]→ Redis
 //! ```
 //!
-//! The services run in this process as their `App`s on 127.0.0.1:0 (a
-//! test owns them; no binary has to be built first). Each service has its
+//! The services run in this process as their `App`s on loopback ports
+//! below the ephemeral range (a test owns them; no binary has to be built
+//! first). Each service has its
 //! own fresh Postgres database (dropped with the cluster) and reaches it,
 //! and the shared Redis (isolated by a key prefix), only through its
 //! proxy, so a test can break a service's storage without touching the
@@ -346,6 +347,16 @@ impl Cluster {
                 urls.insert(upstream.name, format!("http://{}", proxy.listen_addr()));
             }
             options.route(service, &urls);
+            // Ports below the kernel's ephemeral range, not port 0:
+            // [`Cluster::respawn`] binds the same ports again, and between
+            // the kill and the respawn the kernel may give a port of its
+            // ephemeral range to any outgoing connection as its source port.
+            let process = options.process_mut(service);
+            for addr in [&mut process.listen_addr, &mut process.admin_addr] {
+                if addr.port() == 0 {
+                    addr.set_port(shopeasy_testkit::free_port());
+                }
+            }
             running.insert(service, options.spawn(service).await?);
         }
         let addresses = Addresses::try_collect(|node| {
