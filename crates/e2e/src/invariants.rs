@@ -254,8 +254,12 @@ pub fn check(
                 "C3 key {key} of {customer}: only definite failures, yet order {id} is {status}"
             ));
         }
-        // C9: replays are byte-equal to the first answer of that status.
-        let mut first: HashMap<u16, &Vec<u8>> = HashMap::new();
+        // C9: every OK answer of a key is its first one, stored: after the
+        // first seen, each is marked replayed and byte-equal to it, status
+        // included (SPEC §3 replays the first response whatever its status:
+        // a 202 `pending` stays the key's answer once the order is
+        // confirmed, never a 201 made up later).
+        let mut first: Option<(u16, &Vec<u8>)> = None;
         for op in ops.iter().filter(|o| o.intent != Intent::Reuse) {
             let Some(status) = op.answer.status else {
                 continue;
@@ -263,23 +267,21 @@ pub fn check(
             if !matches!(status, 201 | 202) {
                 continue;
             }
-            match first.get(&status) {
-                None => {
-                    first.insert(status, &op.answer.body);
-                }
-                Some(body) => {
-                    if !op.answer.replayed() {
-                        v.push(format!(
-                            "C9 key {key} of {customer}: a second {status} without \
-                             Idempotent-Replayed: true"
-                        ));
-                    }
-                    if **body != op.answer.body {
-                        v.push(format!(
-                            "C9 key {key} of {customer}: replayed body differs from the first {status}"
-                        ));
-                    }
-                }
+            let Some((first_status, body)) = first else {
+                first = Some((status, &op.answer.body));
+                continue;
+            };
+            if !op.answer.replayed() {
+                v.push(format!(
+                    "C9 key {key} of {customer}: a second answer ({status}) without \
+                     Idempotent-Replayed: true"
+                ));
+            }
+            if first_status != status || *body != op.answer.body {
+                v.push(format!(
+                    "C9 key {key} of {customer}: a replayed {status} differs from the first \
+                     answer ({first_status})"
+                ));
             }
         }
         // A reuse with another body never creates or replays an order once
@@ -468,6 +470,39 @@ mod tests {
         let found = violations(&h, &s, &initial);
         assert!(
             found.contains("C1 order o1 of bob is named by key k of alice"),
+            "{found}"
+        );
+    }
+
+    fn replay(mut op: Op) -> Op {
+        op.answer
+            .headers
+            .push(("idempotent-replayed".to_owned(), "true".to_owned()));
+        op
+    }
+
+    /// A replay is the first answer, status and all: a key first answered
+    /// 202 `pending` may not be replayed as a 201 (even of the same order),
+    /// nor answered again without the replay header. Compared per status,
+    /// the first 201 after a 202 was never checked.
+    #[test]
+    fn a_replay_is_the_first_answer_whatever_its_status() {
+        let (s, initial) = world(&[("o1", "alice", "k")]);
+        let first = op("alice", "k", 202, "o1");
+        let same = history(vec![first.clone(), replay(first.clone())]);
+        assert_eq!(violations(&same, &s, &initial), "");
+
+        let other = history(vec![first.clone(), replay(op("alice", "k", 201, "o1"))]);
+        let found = violations(&other, &s, &initial);
+        assert!(
+            found.contains("C9 key k of alice: a replayed 201 differs from the first answer (202)"),
+            "{found}"
+        );
+
+        let unmarked = history(vec![first.clone(), first]);
+        let found = violations(&unmarked, &s, &initial);
+        assert!(
+            found.contains("C9 key k of alice: a second answer (202) without"),
             "{found}"
         );
     }
