@@ -431,50 +431,77 @@ enum Direction {
 /// Whether the NetworkPolicies let pods of `app` exchange traffic with
 /// pods of `peer` on `port` in `direction` (from `app`'s point of view).
 fn allowed(objects: &[Json], app: &str, direction: Direction, peer: &str, port: u16) -> bool {
-    let (types, rules, peers) = match direction {
-        Direction::Ingress => ("Ingress", "ingress", "from"),
-        Direction::Egress => ("Egress", "egress", "to"),
+    let peers = match direction {
+        Direction::Ingress => "from",
+        Direction::Egress => "to",
+    };
+    rules(objects, app, direction).any(|rule| {
+        let peer_ok = match rule[peers].as_array() {
+            None => true,
+            Some(list) => list.iter().any(|entry| {
+                let pods = &entry["podSelector"]["matchLabels"];
+                // An ipBlock may cover pod addresses, and a namespace
+                // selector alone admits every pod it selects: both count
+                // as "anyone" here.
+                entry.get("ipBlock").is_some()
+                    || entry.get("podSelector").is_none()
+                    || (entry.get("podSelector").is_some()
+                        && (pods.as_object().is_none_or(serde_json::Map::is_empty)
+                            || pods[APP_LABEL] == peer))
+            }),
+        };
+        let port_ok = match rule["ports"].as_array() {
+            None => true,
+            Some(list) => list
+                .iter()
+                .any(|p| p["port"].as_u64() == Some(u64::from(port))),
+        };
+        peer_ok && port_ok
+    })
+}
+
+/// The rules of the NetworkPolicies that select pods of `app` for
+/// `direction`.
+fn rules<'a>(
+    objects: &'a [Json],
+    app: &'a str,
+    direction: Direction,
+) -> impl Iterator<Item = Json> + 'a {
+    let (types, rules) = match direction {
+        Direction::Ingress => ("Ingress", "ingress"),
+        Direction::Egress => ("Egress", "egress"),
     };
     objects
         .iter()
         .filter(|o| kind(o) == "NetworkPolicy")
-        .filter(|p| {
+        .filter(move |p| {
             let selector = &p["spec"]["podSelector"]["matchLabels"];
             selector.as_object().is_none_or(serde_json::Map::is_empty) || selector[APP_LABEL] == app
         })
-        .filter(|p| {
+        .filter(move |p| {
             p["spec"]["policyTypes"]
                 .as_array()
                 .is_some_and(|t| t.iter().any(|t| t == types))
         })
-        .flat_map(|p| p["spec"][rules].as_array().cloned().unwrap_or_default())
-        .any(|rule| {
-            let peer_ok = match rule[peers].as_array() {
-                None => true,
-                Some(list) => list.iter().any(|entry| {
-                    let pods = &entry["podSelector"]["matchLabels"];
-                    // An ipBlock may cover pod addresses, and a namespace
-                    // selector alone admits every pod it selects: both count
-                    // as "anyone" here.
-                    entry.get("ipBlock").is_some()
-                        || entry.get("podSelector").is_none()
-                        || (entry.get("podSelector").is_some()
-                            && (pods.as_object().is_none_or(serde_json::Map::is_empty)
-                                || pods[APP_LABEL] == peer))
-                }),
-            };
-            let port_ok = match rule["ports"].as_array() {
-                None => true,
-                Some(list) => list
-                    .iter()
-                    .any(|p| p["port"].as_u64() == Some(u64::from(port))),
-            };
-            peer_ok && port_ok
+        .flat_map(move |p| p["spec"][rules].as_array().cloned().unwrap_or_default())
+}
+
+/// Whether `app` may send DNS queries (port 53 over `protocol`, to any
+/// peer): without them no service name resolves, and every call fails.
+fn dns_allowed(objects: &[Json], app: &str, protocol: &str) -> bool {
+    rules(objects, app, Direction::Egress).any(|rule| {
+        rule["ports"].as_array().is_none_or(|ports| {
+            ports.iter().any(|p| {
+                p["port"].as_u64() == Some(53)
+                    && p["protocol"].as_str().unwrap_or("TCP") == protocol
+            })
         })
+    })
 }
 
 /// Default deny, then exactly SPEC §1's edges between the services (the
-/// gateway may be reached from anywhere: it is the way in).
+/// gateway may be reached from anywhere: it is the way in), each service's
+/// stores, DNS, and Prometheus on each admin port.
 fn check_network_policies(objects: &[Json], specs: &[ServiceSpec], out: &mut Vec<Finding>) {
     let place = "NetworkPolicy";
     let deny = objects
@@ -520,6 +547,32 @@ fn check_network_policies(objects: &[Json], specs: &[ServiceSpec], out: &mut Vec
                     ),
                 ));
             }
+        }
+        // Besides SPEC's edges, what every service needs: names resolve,
+        // and Prometheus scrapes its admin port (SPEC §9).
+        for protocol in ["UDP", "TCP"] {
+            if !dns_allowed(objects, caller.name, protocol) {
+                out.push(Finding::new(
+                    place,
+                    format!(
+                        "{} cannot resolve names (DNS over {protocol}, port 53)",
+                        caller.name
+                    ),
+                ));
+            }
+        }
+        let admin = caller.admin_port;
+        if !allowed(
+            objects,
+            caller.name,
+            Direction::Ingress,
+            "prometheus",
+            admin,
+        ) {
+            out.push(Finding::new(
+                place,
+                format!("Prometheus cannot scrape {}:{admin}", caller.name),
+            ));
         }
         for store in caller
             .calls

@@ -585,6 +585,27 @@ fn a_network_edge_outside_spec_is_caught() {
     );
 }
 
+/// What every service needs besides SPEC's edges: without DNS no name
+/// resolves (every call fails), without the scrape rule no metrics.
+#[test]
+fn a_service_without_dns_or_a_scrape_rule_is_caught() {
+    let findings = base_findings(Some((
+        "network-policies.yaml",
+        "{protocol: UDP, port: 53}",
+        "{protocol: UDP, port: 5353}",
+    )));
+    assert_caught(
+        &findings,
+        "inventory cannot resolve names (DNS over UDP, port 53)",
+    );
+    let findings = base_findings(Some((
+        "network-policies.yaml",
+        "ports: [{protocol: TCP, port: 9081}]",
+        "ports: [{protocol: TCP, port: 9089}]",
+    )));
+    assert_caught(&findings, "Prometheus cannot scrape product:9081");
+}
+
 #[test]
 fn the_image_builds_every_binary_the_deployments_run() {
     let dockerfile = read("Dockerfile");
