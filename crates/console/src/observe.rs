@@ -196,8 +196,8 @@ impl Observer {
                 if previous == "closed" && new_opens > 0 {
                     new_opens -= 1;
                 }
-                for ok in std::iter::repeat_n(false, new_opens.min(TRIALS))
-                    .chain(std::iter::repeat_n(true, new_closes.min(TRIALS)))
+                for ok in std::iter::repeat_n(false, new_opens)
+                    .chain(std::iter::repeat_n(true, new_closes))
                 {
                     push_bounded(&mut memory.trials, Trial { at_unix_ms: at, ok }, TRIALS);
                 }

@@ -281,6 +281,19 @@ fn fixture(name: &str) -> String {
     .expect("fixture")
 }
 
+/// A verifier of the fixed key set `jwks`, served at `/certs`.
+async fn verifier_of(jwks: serde_json::Value) -> Verifier {
+    let addr = support::serve(Router::new().route(
+        "/certs",
+        get(move || {
+            let jwks = jwks.clone();
+            async move { axum::Json(jwks) }
+        }),
+    ))
+    .await;
+    Verifier::from_settings(&settings(format!("http://{addr}/certs"))).expect("verifier")
+}
+
 /// Signs `claims` with `key` under `alg` and `kid`, as an access token
 /// (`typ: at+jwt`; `Header::new` says `JWT`, which is refused).
 fn sign_with(
@@ -315,16 +328,7 @@ async fn es256_and_rs256_tokens_verify_from_a_jwks_and_from_a_pem() {
     ec_jwk.common.key_id = Some("ec-1".into());
     let mut rsa_jwk = Jwk::from_encoding_key(&rsa, Algorithm::RS256).expect("jwk");
     rsa_jwk.common.key_id = Some("rsa-1".into());
-    let jwks = serde_json::json!({ "keys": [ec_jwk, rsa_jwk] });
-    let addr = support::serve(Router::new().route(
-        "/certs",
-        get(move || {
-            let jwks = jwks.clone();
-            async move { axum::Json(jwks) }
-        }),
-    ))
-    .await;
-    let v = Verifier::from_settings(&settings(format!("http://{addr}/certs"))).expect("verifier");
+    let v = verifier_of(serde_json::json!({ "keys": [ec_jwk, rsa_jwk] })).await;
     let es = sign_with(&ec, Algorithm::ES256, "ec-1", &claims("erin"));
     let rs = sign_with(&rsa, Algorithm::RS256, "rsa-1", &claims("ravi"));
     assert_eq!(v.verify(&es).await.expect("ES256").customer_id(), "erin");
@@ -497,15 +501,7 @@ async fn one_broken_key_in_a_jwks_does_not_stop_tokens_without_a_kid() {
         ec_jwk,
         ed.jwk(),
     ]});
-    let addr = support::serve(Router::new().route(
-        "/certs",
-        get(move || {
-            let jwks = jwks.clone();
-            async move { axum::Json(jwks) }
-        }),
-    ))
-    .await;
-    let v = Verifier::from_settings(&settings(format!("http://{addr}/certs"))).expect("verifier");
+    let v = verifier_of(jwks).await;
 
     let es = sign_header(&ec, Algorithm::ES256, None, &claims("erin"));
     assert_eq!(
