@@ -29,7 +29,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use futures::future::join_all;
+use futures::{StreamExt, stream};
 use shopeasy_resilience::{
     backoff::{Backoff, Jitter},
     deadline::Deadline,
@@ -47,6 +47,14 @@ use crate::{
         StoredResponse, Task,
     },
 };
+
+/// Most lookups of one order in flight at once, per dependency (prices at
+/// Product, stock at Inventory). A 50-line order sent all at once would
+/// take 50 of a bulkhead's 64 slots (`resilience.*.max_concurrency`), so
+/// two such orders together were shed with a 503 though neither
+/// dependency was busy; eight per order lets eight large orders share the
+/// default bulkhead, and keeps a one-line order a single round trip.
+pub const LOOKUPS_IN_FLIGHT: usize = 8;
 
 /// The answer to a successful `POST /api/orders`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -535,26 +543,28 @@ impl Orders {
         }
     }
 
-    /// Prices every line and checks stock, concurrently per line; builds
-    /// the `pending` order, and says whether the stock check just found
-    /// Inventory unavailable (some answer is a stale copy).
+    /// Prices every line and checks stock, concurrently per line (at most
+    /// [`LOOKUPS_IN_FLIGHT`] of each at once); builds the `pending` order,
+    /// and says whether the stock check just found Inventory unavailable
+    /// (some answer is a stale copy).
     async fn price_and_check(
         &self,
         request: &NewOrder,
         deadline: Option<Deadline>,
     ) -> Result<(Order, bool), Error> {
         let items = request.items();
-        let (prices, stock) = futures::join!(
-            join_all(
-                items
-                    .iter()
-                    .map(|l| self.ports.catalog.price_cents(l.product_id, deadline))
-            ),
-            join_all(
-                items
-                    .iter()
-                    .map(|l| self.ports.stock.check(l.product_id, deadline))
-            ),
+        // Streams of owned ids: a stream whose closures take a borrowed
+        // item makes the handler's future not `Send` (rust#102211).
+        let ids: Vec<Uuid> = items.iter().map(|l| l.product_id).collect();
+        let (prices, stock): (Vec<_>, Vec<_>) = futures::join!(
+            stream::iter(ids.clone())
+                .map(|id| self.ports.catalog.price_cents(id, deadline))
+                .buffered(LOOKUPS_IN_FLIGHT)
+                .collect(),
+            stream::iter(ids)
+                .map(|id| self.ports.stock.check(id, deadline))
+                .buffered(LOOKUPS_IN_FLIGHT)
+                .collect(),
         );
         let mut unknown = Vec::new();
         let mut lines = Vec::with_capacity(items.len());
@@ -800,7 +810,10 @@ fn millis(d: Duration) -> i64 {
 mod tests {
     //! The saga over in-memory ports and a SQLite file: no network.
 
-    use std::sync::Mutex;
+    use std::sync::{
+        Mutex,
+        atomic::{AtomicUsize, Ordering::SeqCst},
+    };
 
     use futures::future::BoxFuture;
 
@@ -861,7 +874,57 @@ mod tests {
         }
     }
 
+    /// Counts lookups in flight and the most at once. Each lookup yields
+    /// once before it answers, so every lookup started in one poll is in
+    /// flight together.
+    #[derive(Debug, Default)]
+    struct Crowd {
+        now: AtomicUsize,
+        most: AtomicUsize,
+    }
+
+    impl Crowd {
+        fn lookup<T: Send + 'static>(&self, answer: T) -> BoxFuture<'_, T> {
+            Box::pin(async move {
+                let now = self.now.fetch_add(1, SeqCst) + 1;
+                self.most.fetch_max(now, SeqCst);
+                tokio::task::yield_now().await;
+                self.now.fetch_sub(1, SeqCst);
+                answer
+            })
+        }
+    }
+
+    impl Catalog for Crowd {
+        fn price_cents(
+            &self,
+            _: Uuid,
+            _: Option<Deadline>,
+        ) -> BoxFuture<'_, Result<Option<i64>, CatalogError>> {
+            self.lookup(Ok(Some(5)))
+        }
+    }
+
+    impl StockSource for Crowd {
+        fn available(
+            &self,
+            _: Uuid,
+            _: Option<Deadline>,
+        ) -> BoxFuture<'_, Result<Option<i64>, StockError>> {
+            self.lookup(Ok(Some(100)))
+        }
+    }
+
     async fn orders(inventory: Arc<Scripted>) -> (Orders, shopeasy_testkit::TestDatabase) {
+        orders_with(Ports {
+            catalog: inventory.clone(),
+            stock: inventory.clone(),
+            reservations: inventory,
+        })
+        .await
+    }
+
+    async fn orders_with(ports: Ports) -> (Orders, shopeasy_testkit::TestDatabase) {
         let file = shopeasy_testkit::sqlite();
         let db = shopeasy_runtime::db::Database::connect_and_migrate(
             file.url(),
@@ -872,11 +935,7 @@ mod tests {
         .unwrap();
         let orders = Orders::new(
             Store::new(db),
-            Ports {
-                catalog: inventory.clone(),
-                stock: inventory.clone(),
-                reservations: inventory,
-            },
+            ports,
             Failpoints::default(),
             SagaTimings {
                 lease: Duration::from_secs(30),
@@ -938,6 +997,45 @@ mod tests {
         let (orders, db) = orders(inventory.clone()).await;
         let order = place_pending(&orders).await;
         (inventory, orders, db, order)
+    }
+
+    #[tokio::test]
+    async fn a_large_order_keeps_a_few_lookups_in_flight_per_dependency() {
+        let (prices, stock) = (Arc::new(Crowd::default()), Arc::new(Crowd::default()));
+        let (orders, _db) = orders_with(Ports {
+            catalog: prices.clone(),
+            stock: stock.clone(),
+            reservations: Arc::new(Scripted::default()),
+        })
+        .await;
+        let request = NewOrder::parse(
+            OrderRequest {
+                customer_id: None,
+                items: (0..crate::domain::MAX_LINES)
+                    .map(|_| ItemRequest {
+                        product_id: Uuid::new_v4().to_string(),
+                        quantity: 1,
+                    })
+                    .collect(),
+            },
+            &customer(),
+        )
+        .unwrap();
+        let Attempt::Ran(placed) = orders.place(&request, None, None).await else {
+            panic!("an unkeyed order is never decided by a key")
+        };
+        let placed = placed.unwrap();
+        let Placed::Confirmed(order) = placed else {
+            panic!("{placed:?}")
+        };
+        // Every line priced, in the order given.
+        let ordered: Vec<Uuid> = request.items().iter().map(|l| l.product_id).collect();
+        let priced: Vec<Uuid> = order.items.iter().map(|l| l.product_id).collect();
+        assert_eq!(priced, ordered);
+        assert_eq!(order.total_cents, 5 * 50);
+        // Concurrent, but never the whole order at once.
+        assert_eq!(prices.most.load(SeqCst), LOOKUPS_IN_FLIGHT);
+        assert_eq!(stock.most.load(SeqCst), LOOKUPS_IN_FLIGHT);
     }
 
     #[tokio::test]
