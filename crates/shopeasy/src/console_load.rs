@@ -3,7 +3,8 @@
 //! [`LoadControl`] trait, this is the implementation.
 //!
 //! One run at a time; starting a new one stops the old. The live numbers
-//! are those of the requests that ended in the last [`WINDOW`].
+//! are those of the requests that ended in the last [`WINDOW`], to the
+//! second, their latencies to 3 significant digits ([`Live::recent`]).
 
 use std::{
     collections::BTreeMap,

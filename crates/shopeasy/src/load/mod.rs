@@ -19,10 +19,17 @@
 //! [`pace`] (waiting for each intended start, to well under a
 //! millisecond), [`sweep`] (the search and the steps), [`plot`] (the SVG),
 //! [`procstat`] (the target's descriptors and RSS), [`restock`] (stock
-//! before each step), [`signin`] (the customers the load acts as).
+//! before each step), [`signin`] (the customers the load acts as),
+//! [`latency`] (latencies as a histogram of fixed size).
+//!
+//! No answer is kept: each is counted as it arrives, its latency into a
+//! histogram ([`latency`]: 3 significant digits), so a run's memory does
+//! not grow with its rate × duration (the console's longest run, 5,000/s
+//! for an hour, kept 18 M samples until it ended).
 
 pub mod bounds;
 pub mod client;
+pub mod latency;
 pub mod pace;
 pub mod plot;
 pub mod procstat;
@@ -36,7 +43,7 @@ use std::{
     collections::BTreeMap,
     fmt,
     sync::{
-        Arc, Mutex,
+        Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicUsize, Ordering},
     },
     time::Duration,
@@ -44,9 +51,10 @@ use std::{
 
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use serde_json::json;
-use shopeasy_console::load::quantile;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use latency::Latencies;
 
 /// What to run.
 #[derive(Debug, Clone, clap::Args)]
@@ -89,22 +97,145 @@ pub struct LoadArgs {
     pub sweep: sweep::SweepArgs,
 }
 
-/// What one request did.
-#[derive(Debug, Clone, Copy)]
-struct Sample {
-    read: bool,
-    /// HTTP status, or 0 for no answer.
-    status: u16,
-    latency: Duration,
-    /// When the answer (or its absence) was recorded.
-    done: Instant,
+/// The longest window [`Live::recent`] can report on, in seconds: it keeps
+/// the answers of that many whole seconds apart, and of the current one.
+pub const RECENT_SECONDS: u64 = 10;
+
+/// What answers came to: how many, how many were reads, their count per
+/// status and their latencies. Its room is fixed, whatever their number:
+/// the latencies are a histogram, and the statuses at most the 65,536 of
+/// a `u16` (a handful in practice).
+#[derive(Debug, Clone, Default)]
+struct Tally {
+    answered: usize,
+    reads: usize,
+    /// Count per status (`0` = no answer).
+    statuses: BTreeMap<u16, usize>,
+    latencies: Latencies,
 }
 
-/// A run seen from outside while it goes on: its samples as they arrive,
+impl Tally {
+    fn record(&mut self, read: bool, status: u16, latency: Duration) {
+        self.answered += 1;
+        self.reads += usize::from(read);
+        *self.statuses.entry(status).or_default() += 1;
+        self.latencies.record(latency);
+    }
+
+    fn merge(&mut self, other: &Self) {
+        self.answered += other.answered;
+        self.reads += other.reads;
+        for (status, n) in &other.statuses {
+            *self.statuses.entry(*status).or_default() += n;
+        }
+        self.latencies.merge(&other.latencies);
+    }
+
+    fn clear(&mut self) {
+        self.answered = 0;
+        self.reads = 0;
+        self.statuses.clear();
+        self.latencies.reset();
+    }
+
+    /// Answers that erred (5xx or no answer).
+    fn errors(&self) -> usize {
+        self.statuses
+            .iter()
+            .filter(|&(&status, _)| status == 0 || status >= 500)
+            .map(|(_, &n)| n)
+            .sum()
+    }
+
+    #[cfg(test)]
+    fn footprint(&self) -> usize {
+        self.latencies.footprint() + self.statuses.len() * size_of::<(u16, usize)>()
+    }
+}
+
+/// The answers of a run: the whole run's tally, and one per second of the
+/// last [`RECENT_SECONDS`] (and the current one) for [`Live::recent`], in
+/// a ring that never grows.
+#[derive(Debug)]
+struct Answers {
+    /// Second 0 begins here.
+    epoch: Instant,
+    run: Tally,
+    /// Second `n` (since `epoch`) at `n % len`, with its `n` (`None`:
+    /// nothing yet).
+    seconds: Vec<(Option<u64>, Tally)>,
+}
+
+impl Default for Answers {
+    fn default() -> Self {
+        Self::new(Instant::now())
+    }
+}
+
+impl Answers {
+    fn new(epoch: Instant) -> Self {
+        Self {
+            epoch,
+            run: Tally::default(),
+            seconds: (0..=RECENT_SECONDS)
+                .map(|_| (None, Tally::default()))
+                .collect(),
+        }
+    }
+
+    /// Counts an answer that came `at`.
+    fn record(&mut self, at: Instant, read: bool, status: u16, latency: Duration) {
+        self.run.record(read, status, latency);
+        let second = at.saturating_duration_since(self.epoch).as_secs();
+        let len = self.seconds.len() as u64;
+        let slot = usize::try_from(second % len).unwrap_or(0);
+        let (tag, tally) = &mut self.seconds[slot];
+        match *tag {
+            Some(t) if t == second => {}
+            // Older than the ring holds (a later second took its place).
+            Some(t) if t > second => return,
+            _ => {
+                tally.clear();
+                *tag = Some(second);
+            }
+        }
+        tally.record(read, status, latency);
+    }
+
+    /// The answers that came in the seconds overlapping the last `window`
+    /// before `now` (at most [`RECENT_SECONDS`] whole ones before the
+    /// current), and the time those seconds span until `now`: at least
+    /// `window` (once the run is that old), less than a second more.
+    fn recent(&self, now: Instant, window: Duration) -> (Tally, Duration) {
+        let elapsed = now.saturating_duration_since(self.epoch);
+        let current = elapsed.as_secs();
+        let first = elapsed
+            .saturating_sub(window)
+            .as_secs()
+            .max(current.saturating_sub(RECENT_SECONDS));
+        let mut tally = Tally::default();
+        for (tag, second) in &self.seconds {
+            if tag.is_some_and(|t| (first..=current).contains(&t)) {
+                tally.merge(second);
+            }
+        }
+        (tally, elapsed.saturating_sub(Duration::from_secs(first)))
+    }
+
+    #[cfg(test)]
+    fn footprint(&self) -> usize {
+        std::iter::once(&self.run)
+            .chain(self.seconds.iter().map(|(_, tally)| tally))
+            .map(Tally::footprint)
+            .sum()
+    }
+}
+
+/// A run seen from outside while it goes on: its answers as they arrive,
 /// and a way to end it early (the console's load panel). Cloning shares it.
 #[derive(Debug, Clone, Default)]
 pub struct Live {
-    samples: Arc<Mutex<Vec<Sample>>>,
+    answers: Arc<Mutex<Answers>>,
     sent: Arc<AtomicUsize>,
     stop: CancellationToken,
 }
@@ -120,26 +251,19 @@ impl Live {
         self.sent.load(Ordering::Relaxed)
     }
 
-    /// The summary of the requests that ended within the last `window`
-    /// (its `achieved_rate` is their number per second of `window`).
+    /// The summary of the requests that ended within the last `window`, to
+    /// the second: those of the seconds it overlaps (at most
+    /// [`RECENT_SECONDS`] before the current one). Its `achieved_rate` is
+    /// their number per second of the time those seconds span (`window`
+    /// and less than a second more, once the run is that old).
     pub fn recent(&self, window: Duration) -> Summary {
-        let now = Instant::now();
-        let samples = lock(&self.samples);
-        let recent: Vec<Sample> = samples
-            .iter()
-            .rev()
-            .take_while(|s| now.saturating_duration_since(s.done) <= window)
-            .copied()
-            .collect();
-        drop(samples);
-        Summary::from_samples(&recent, window)
+        let (tally, span) = lock(&self.answers).recent(Instant::now(), window);
+        Summary::from_tally(&tally, span)
     }
 }
 
-fn lock(samples: &Mutex<Vec<Sample>>) -> std::sync::MutexGuard<'_, Vec<Sample>> {
-    samples
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The outcome of a run.
@@ -151,7 +275,8 @@ pub struct Summary {
     pub errors: usize,
     /// Count per status (`0` = no answer).
     pub statuses: BTreeMap<u16, usize>,
-    /// Latency percentiles: p50, p90, p99, p99.9, max.
+    /// Latency percentiles: p50, p90, p99, p99.9, max; to 3 significant
+    /// digits, never below the exact figure (see [`latency`]).
     pub percentiles: [(f64, Duration); 5],
     /// Achieved send rate per second: requests sent per second of the time
     /// the sends took (the offered window, longer when the generator fell
@@ -179,21 +304,12 @@ fn send_window(sent: usize, rate: f64, last_send: Duration) -> Duration {
 }
 
 impl Summary {
-    fn from_samples(samples: &[Sample], elapsed: Duration) -> Self {
-        let mut latencies: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
-        latencies.sort_unstable();
-        let at = |q: f64| quantile(&latencies, q);
-        let mut statuses = BTreeMap::new();
-        for s in samples {
-            *statuses.entry(s.status).or_default() += 1;
-        }
+    fn from_tally(tally: &Tally, elapsed: Duration) -> Self {
+        let at = |q: f64| tally.latencies.quantile(q);
         Self {
-            sent: samples.len(),
-            errors: samples
-                .iter()
-                .filter(|s| s.status == 0 || s.status >= 500)
-                .count(),
-            statuses,
+            sent: tally.answered,
+            errors: tally.errors(),
+            statuses: tally.statuses.clone(),
             percentiles: [
                 (50.0, at(0.50)),
                 (90.0, at(0.90)),
@@ -201,7 +317,7 @@ impl Summary {
                 (99.9, at(0.999)),
                 (100.0, at(1.0)),
             ],
-            achieved_rate: samples.len() as f64 / elapsed.as_secs_f64().max(1e-9),
+            achieved_rate: tally.answered as f64 / elapsed.as_secs_f64().max(1e-9),
         }
     }
 
@@ -288,7 +404,7 @@ pub async fn run(args: &LoadArgs) -> anyhow::Result<Summary> {
     run_live(args, &Live::default()).await
 }
 
-/// [`run`], its samples visible in `live` as they arrive, ending early
+/// [`run`], its answers visible in `live` as they arrive, ending early
 /// when `live` is stopped.
 ///
 /// # Errors
@@ -316,7 +432,7 @@ pub async fn run_live(args: &LoadArgs, live: &Live) -> anyhow::Result<Summary> {
     let total = (args.rate * args.duration).round() as usize;
     // `rate` is at least `bounds::MIN_RATE`: at most 100 s.
     let interval = Duration::from_secs_f64(1.0 / args.rate);
-    let samples = live.samples.clone();
+    let answers = live.answers.clone();
     let mut rng = SmallRng::seed_from_u64(args.seed);
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -350,7 +466,7 @@ pub async fn run_live(args: &LoadArgs, live: &Live) -> anyhow::Result<Summary> {
                 .json(&json!({"items": [{"product_id": product, "quantity": 1}]}));
             customers.authorize(order, customer)
         };
-        let sink = samples.clone();
+        let sink = answers.clone();
         tasks.spawn(async move {
             // Read the body: the latency includes it, and an answer whose
             // body broke off is no answer (0), as the sweep's client counts
@@ -365,27 +481,19 @@ pub async fn run_live(args: &LoadArgs, live: &Live) -> anyhow::Result<Summary> {
                 }
                 Err(_) => 0,
             };
-            lock(&sink).push(Sample {
-                read,
-                status,
-                latency: intended.elapsed(),
-                done: Instant::now(),
-            });
+            let latency = intended.elapsed();
+            lock(&sink).record(Instant::now(), read, status, latency);
         });
         while tasks.try_join_next().is_some() {}
         if !args.quiet && Instant::now() >= next_progress {
             next_progress += Duration::from_secs(1);
-            let done = lock(&samples);
-            let errors = done
-                .iter()
-                .filter(|s| s.status == 0 || s.status >= 500)
-                .count();
+            let done = lock(&answers);
             eprint!(
                 "\r{:>5.1}s  sent {:>7}  answered {:>7}  errors {:>5}  in flight {:>5}",
                 start.elapsed().as_secs_f64(),
                 i + 1,
-                done.len(),
-                errors,
+                done.run.answered,
+                done.run.errors(),
                 tasks.len()
             );
         }
@@ -395,11 +503,11 @@ pub async fn run_live(args: &LoadArgs, live: &Live) -> anyhow::Result<Summary> {
     if !args.quiet {
         eprintln!();
     }
-    let samples = lock(&samples);
-    let reads = samples.iter().filter(|s| s.read).count();
-    let summary = Summary::from_samples(&samples, window);
+    let done = lock(&answers);
+    let summary = Summary::from_tally(&done.run, window);
     if !args.quiet {
-        eprintln!("mix: {reads} reads, {} orders", samples.len() - reads);
+        let reads = done.run.reads;
+        eprintln!("mix: {reads} reads, {} orders", done.run.answered - reads);
     }
     Ok(summary)
 }
@@ -767,5 +875,75 @@ mod tests {
         assert!(summary.p99() >= Duration::from_millis(60), "{summary}");
         let failed = summary.failed_gates(&args);
         assert!(failed.iter().any(|f| f.starts_with("p99")), "{failed:?}");
+    }
+
+    /// Before, a run kept every answer until it ended (the console's
+    /// longest: 18 M). An hour of answers at 250/s: the room after the
+    /// first seconds is the room at the end, the run's figures are those
+    /// of every answer (to 3 digits), and the live ones of the last
+    /// seconds only.
+    #[test]
+    fn a_run_counts_its_answers_in_a_fixed_room() {
+        use crate::load::latency::within_precision;
+        const MS: Duration = Duration::from_millis(1);
+        let epoch = Instant::now();
+        let mut answers = Answers::new(epoch);
+        let mut room = 0;
+        for second in 0..3_600 {
+            if second == RECENT_SECONDS + 1 {
+                // Every second of the ring has been used once.
+                room = answers.footprint();
+            }
+            // The last four seconds are slow.
+            let latency = if second >= 3_596 { MS * 500 } else { MS };
+            for j in 0..250 {
+                let at = epoch + Duration::from_secs(second) + MS * 4 * j;
+                let status = if j % 50 == 0 { 503 } else { 200 };
+                answers.record(at, j % 2 == 0, status, latency);
+            }
+        }
+        assert_eq!(answers.footprint(), room, "no room was added");
+
+        let run = Summary::from_tally(&answers.run, Duration::from_secs(3_600));
+        assert_eq!((run.sent, answers.run.reads), (900_000, 450_000));
+        assert_eq!(
+            (run.errors, run.statuses.get(&503)),
+            (18_000, Some(&18_000))
+        );
+        assert!((run.achieved_rate - 250.0).abs() < 1e-9, "{run}");
+        let [p50, p90, p99, p999, max] = run.percentiles.map(|(_, d)| d);
+        for p in [p50, p90, p99] {
+            assert!(within_precision(p, MS), "{run}");
+        }
+        // 1,000 answers of 900,000 were slow: more than 0.1 %.
+        assert!(within_precision(p999, MS * 500), "{run}");
+        assert!(within_precision(max, MS * 500), "{run}");
+
+        // Half a second into the last second: the three seconds before it
+        // and this one, 1,000 answers over 3.5 s, all slow.
+        let now = epoch + Duration::from_millis(3_599_500);
+        let live = |answers: &Answers| {
+            let (tally, span) = answers.recent(now, Duration::from_secs(3));
+            Summary::from_tally(&tally, span)
+        };
+        let recent = live(&answers);
+        assert_eq!(recent.sent, 1_000, "{recent}");
+        assert_eq!(recent.statuses.get(&503), Some(&20), "{recent}");
+        assert!(
+            (recent.achieved_rate - 1_000.0 / 3.5).abs() < 1e-6,
+            "{recent}"
+        );
+        assert!(
+            within_precision(recent.percentiles[0].1, MS * 500),
+            "{recent}"
+        );
+        // An answer of second 1 coming now counts in the run, and takes no
+        // later second's place in the ring.
+        answers.record(epoch + Duration::from_secs(1), true, 200, MS);
+        assert_eq!(answers.run.answered, 900_001);
+        assert_eq!(live(&answers).sent, 1_000);
+        // Long after the last answer, nothing is recent.
+        let (tally, _) = answers.recent(now + Duration::from_secs(100), Duration::from_secs(3));
+        assert_eq!(tally.answered, 0);
     }
 }

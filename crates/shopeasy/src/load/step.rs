@@ -6,14 +6,17 @@
 //! requests waited to be sent. The generator's own limits are counted
 //! apart: a request it could not send because `max_outstanding` requests
 //! were already waiting is *not sent*, never "no answer".
+//!
+//! A step keeps no answer: each is counted as it arrives ([`Answers`]),
+//! its latencies into histograms of fixed size ([`Latencies`]), so a step
+//! of 100,000/s for a day takes the room of one of a second.
 
 use std::{
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
 
-use super::{client::StepClient, signin::Customers};
-use shopeasy_console::load::quantile;
+use super::{client::StepClient, latency::Latencies, signin::Customers};
 use tokio::{sync::Semaphore, time::Instant};
 
 /// How one request ended, for the step's counts.
@@ -66,7 +69,9 @@ pub struct StepResult {
     pub no_answer: u64,
     /// Anything else.
     pub other: u64,
-    /// p50 and p99 of the admitted (2xx) answers.
+    /// p50 and p99 of the admitted (2xx) answers (every latency figure
+    /// here: to 3 significant digits, never below the exact one; see
+    /// [`latency`](super::latency)).
     pub admitted_p50: Duration,
     /// See `admitted_p50`.
     pub admitted_p99: Duration,
@@ -116,49 +121,87 @@ impl StepResult {
         good / self.seconds.max(1e-9)
     }
 
-    /// Builds the result from every `(status, latency, send lag)` of the
-    /// step (the lag: see [`StepResult::send_lag_p99`]).
-    pub fn from_answers(
-        offered: f64,
-        seconds: f64,
-        not_sent: u64,
-        answers: &[(Option<u16>, Duration, Duration)],
-        deadline: Duration,
-    ) -> Self {
-        let mut r = Self {
+    /// The result of the step's `answers` (the other figures are the
+    /// caller's).
+    pub fn from_answers(offered: f64, seconds: f64, not_sent: u64, answers: &Answers) -> Self {
+        Self {
             offered,
             seconds,
             not_sent,
-            sent: answers.len() as u64,
+            sent: answers.sent,
+            good: answers.good,
+            shed: answers.shed,
+            no_answer: answers.no_answer,
+            other: answers.other,
+            admitted_p50: answers.admitted.quantile(0.5),
+            admitted_p99: answers.admitted.quantile(0.99),
+            shed_p50: answers.refused.quantile(0.5),
+            shed_p99: answers.refused.quantile(0.99),
+            send_lag_p99: answers.send_lags.quantile(0.99),
             ..Self::default()
-        };
-        let mut admitted = Vec::new();
-        let mut shed = Vec::new();
-        let mut lags = Vec::with_capacity(answers.len());
-        for &(status, latency, lag) in answers {
-            lags.push(lag);
-            match classify(status, latency, deadline) {
-                Class::Good => {
-                    r.good += 1;
-                    admitted.push(latency);
-                }
-                Class::Shed => {
-                    r.shed += 1;
-                    shed.push(latency);
-                }
-                Class::NoAnswer => r.no_answer += 1,
-                Class::Other => r.other += 1,
-            }
         }
-        admitted.sort_unstable();
-        shed.sort_unstable();
-        r.admitted_p50 = quantile(&admitted, 0.5);
-        r.admitted_p99 = quantile(&admitted, 0.99);
-        r.shed_p50 = quantile(&shed, 0.5);
-        r.shed_p99 = quantile(&shed, 0.99);
-        lags.sort_unstable();
-        r.send_lag_p99 = quantile(&lags, 0.99);
-        r
+    }
+}
+
+/// What a step's answers came to, counted as each arrives: how many of each
+/// [`Class`], and the latencies of the admitted and of the refused answers
+/// and every request's send lag (see [`StepResult::send_lag_p99`]), in
+/// histograms. Its room is fixed (three histograms, under 1 MiB), however
+/// many answers it counts. Why: it was a list of every answer, up to
+/// `rate × duration` of them (a step of 100,000/s for a day: 8.6 G
+/// answers, hundreds of GB).
+#[derive(Debug, Clone)]
+pub struct Answers {
+    deadline: Duration,
+    sent: u64,
+    good: u64,
+    shed: u64,
+    no_answer: u64,
+    other: u64,
+    admitted: Latencies,
+    refused: Latencies,
+    send_lags: Latencies,
+}
+
+impl Answers {
+    /// None yet, of a step whose client gives up after `deadline`.
+    pub fn new(deadline: Duration) -> Self {
+        Self {
+            deadline,
+            sent: 0,
+            good: 0,
+            shed: 0,
+            no_answer: 0,
+            other: 0,
+            admitted: Latencies::new(),
+            refused: Latencies::new(),
+            send_lags: Latencies::new(),
+        }
+    }
+
+    /// Counts the answer with `status` (`None`: no answer) that took
+    /// `latency`, to a request sent `lag` after its intended start.
+    pub fn record(&mut self, status: Option<u16>, latency: Duration, lag: Duration) {
+        self.sent += 1;
+        self.send_lags.record(lag);
+        match classify(status, latency, self.deadline) {
+            Class::Good => {
+                self.good += 1;
+                self.admitted.record(latency);
+            }
+            Class::Shed => {
+                self.shed += 1;
+                self.refused.record(latency);
+            }
+            Class::NoAnswer => self.no_answer += 1,
+            Class::Other => self.other += 1,
+        }
+    }
+
+    /// The bytes its histograms take: the same however many answers it
+    /// counted.
+    pub fn footprint(&self) -> usize {
+        self.admitted.footprint() + self.refused.footprint() + self.send_lags.footprint()
     }
 }
 
@@ -187,11 +230,6 @@ pub fn pick(seed: u64, i: u64, n: usize) -> usize {
     usize::try_from(z % (n.max(1) as u64)).unwrap_or(0)
 }
 
-/// Most answers a step makes room for before it starts; beyond, the list
-/// grows as answers come. Why a cap: the room was `rate × duration`, made
-/// before the first send, and a step of 1e8/s for 20 s asked for ~80 GB.
-pub const PREALLOCATED_ANSWERS: usize = 1 << 16;
-
 /// Offers `rate` requests per second for `duration` through `client`, at
 /// most `max_outstanding` waiting at once, each given up after `deadline`.
 ///
@@ -210,12 +248,9 @@ pub async fn offer(
     // `rate` is at least `bounds::MIN_RATE` (an interval of 100 s); a
     // smaller one sends nothing in a day, whatever its interval.
     let interval = Duration::try_from_secs_f64(1.0 / rate).unwrap_or(Duration::MAX);
-    // A std mutex: the critical section is a push, never held across an await.
-    let answers = Arc::new(Mutex::new(Vec::with_capacity(
-        usize::try_from(total)
-            .unwrap_or(usize::MAX)
-            .min(PREALLOCATED_ANSWERS),
-    )));
+    // A std mutex: the critical section is a count, never held across an
+    // await.
+    let answers = Arc::new(Mutex::new(Answers::new(deadline)));
     let permits = Arc::new(Semaphore::new(max_outstanding.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
     let mut not_sent = 0;
@@ -240,10 +275,10 @@ pub async fn offer(
                 .await
                 .unwrap_or_default();
             drop(permit);
-            let answer = (status, intended.elapsed(), lag);
+            let latency = intended.elapsed();
             sink.lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .push(answer);
+                .record(status, latency, lag);
         });
         while tasks.try_join_next().is_some() {}
     }
@@ -256,7 +291,7 @@ pub async fn offer(
     while tasks.join_next().await.is_some() {}
     let wall_seconds = start.elapsed().as_secs_f64();
     let answers = answers.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut r = StepResult::from_answers(rate, seconds, not_sent, &answers, deadline);
+    let mut r = StepResult::from_answers(rate, seconds, not_sent, &answers);
     r.wall_seconds = wall_seconds;
     r
 }
@@ -264,6 +299,7 @@ pub async fn offer(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::load::latency::within_precision;
 
     const MS: Duration = Duration::from_millis(1);
 
@@ -304,15 +340,45 @@ mod tests {
                 (Some(500), MS, Duration::ZERO),
             ])
             .collect();
-        let r = StepResult::from_answers(60.0, 2.0, 3, &answers, Duration::from_secs(2));
+        let mut counted = Answers::new(Duration::from_secs(2));
+        for &(status, latency, lag) in &answers {
+            counted.record(status, latency, lag);
+        }
+        let r = StepResult::from_answers(60.0, 2.0, 3, &counted);
         assert_eq!((r.sent, r.not_sent), (112, 3));
         assert_eq!((r.good, r.shed, r.no_answer, r.other), (100, 10, 1, 1));
-        assert_eq!(r.admitted_p50, MS * 50);
-        assert_eq!(r.admitted_p99, MS * 99);
+        // Above 2 ms, to 3 significant digits (50.015 and 99.007 ms); below,
+        // to the microsecond.
+        assert!(within_precision(r.admitted_p50, MS * 50), "{r:?}");
+        assert!(within_precision(r.admitted_p99, MS * 99), "{r:?}");
+        assert_eq!(r.shed_p50, MS / 2);
         assert_eq!(r.shed_p99, MS);
         assert_eq!(r.send_lag_p99, MS * 98 / 100);
         assert!((r.goodput() - 50.0).abs() < 1e-9);
-        assert_eq!(quantile(&[], 0.99), Duration::ZERO);
+        let none = StepResult::from_answers(1.0, 1.0, 0, &Answers::new(MS));
+        assert_eq!((none.sent, none.admitted_p99), (0, Duration::ZERO));
+    }
+
+    /// Before, a step kept every answer: `rate × duration` of them (a day
+    /// at 100,000/s: 8.6 G). Two million answers of every class take the
+    /// room of none.
+    #[test]
+    fn a_step_counts_its_answers_in_a_fixed_room() {
+        let mut answers = Answers::new(Duration::from_secs(2));
+        let room = answers.footprint();
+        assert!(room <= 3 * 256 * 1024, "{room} bytes");
+        let statuses = [Some(200), Some(503), None, Some(500)];
+        for i in 0..2_000_000_u64 {
+            let status = statuses[usize::try_from(i % 4).unwrap()];
+            answers.record(status, Duration::from_micros(i % 1_000_000), MS);
+        }
+        assert_eq!(answers.footprint(), room, "no room was added");
+        let r = StepResult::from_answers(1.0, 1.0, 0, &answers);
+        assert_eq!(r.sent, 2_000_000);
+        assert_eq!(
+            (r.good, r.shed, r.no_answer, r.other),
+            (500_000, 500_000, 500_000, 500_000)
+        );
     }
 
     /// A client of a catalogue that answers each read after `delay`.
