@@ -44,8 +44,15 @@
 //! - Attributes parsed from JSON are bounded (durations at most 24 h,
 //!   bandwidth at most 10^9 KB/s: [`toxic::MAX_WAIT_MS`],
 //!   [`toxic::MAX_RATE`]), and request bodies at most [`api::BODY_LIMIT`].
-//! - A toxic change through the handle of a proxy since removed or
-//!   restarted is refused ([`Error::ProxyNotFound`]) rather than lost.
+//! - A toxic change, or enabling or disabling, through the handle of a
+//!   proxy since removed or restarted is refused ([`Error::ProxyNotFound`];
+//!   [`FaultProxy::set_enabled`] ignores it, [`FaultProxy::try_set_enabled`]
+//!   says so) rather than lost or recorded against its successor.
+//! - A new connection waits for its upstream to accept at most the proxy's
+//!   `connect_timeout_ms` (default [`proxy::DEFAULT_CONNECT_TIMEOUT`], 5 s),
+//!   then the client is closed as when the upstream refuses; Toxiproxy
+//!   waits out the kernel's SYN retries (about 2 min for a black-holed
+//!   host).
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {

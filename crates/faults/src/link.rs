@@ -10,6 +10,10 @@
 //! run inside the connection's task; the connection ends when both
 //! directions have closed, or at once when a toxic closes or resets it or
 //! the proxy is disabled or stopped.
+//!
+//! A write waiting on a slow reader (its socket's buffers full) watches the
+//! set as well: a `reset_peer` or `timeout` added then acts at once, rather
+//! than once the reader has made room.
 
 use std::{collections::HashMap, io, sync::Arc, time::Duration};
 
@@ -82,21 +86,35 @@ enum End {
 
 /// Proxies one accepted connection to `upstream` until it ends or `cancel`
 /// fires (proxy disabled or stopped).
+///
+/// The client is closed when the upstream cannot be reached: refused, or
+/// not accepting within `connect_timeout` (a black-holed upstream would
+/// otherwise hold it for the kernel's SYN retries, about two minutes).
 pub(crate) async fn serve(
     mut client: TcpStream,
     upstream: Arc<str>,
+    connect_timeout: Duration,
     toxics: watch::Receiver<ToxicSet>,
     cancel: CancellationToken,
     seed: u64,
 ) {
+    let connect = tokio::time::timeout(connect_timeout, TcpStream::connect(&*upstream));
     let connected = tokio::select! {
         () = cancel.cancelled() => return,
-        connected = TcpStream::connect(&*upstream) => connected,
+        connected = connect => connected,
     };
     let mut server = match connected {
-        Ok(server) => server,
-        Err(e) => {
+        Ok(Ok(server)) => server,
+        Ok(Err(e)) => {
             tracing::debug!(%upstream, error = %e, "upstream refused; closing the client");
+            return;
+        }
+        Err(_elapsed) => {
+            tracing::debug!(
+                %upstream,
+                ?connect_timeout,
+                "upstream did not accept in time; closing the client"
+            );
             return;
         }
     };
@@ -326,6 +344,7 @@ impl Pump {
             delay: None,
             reset_from: None,
             last_piece: None,
+            piece_left: None,
         };
         loop {
             match self.advance(&mut chunk, dst).await {
@@ -374,21 +393,37 @@ impl Pump {
             if chunk.rest.is_empty() {
                 return Ok(None);
             }
-            let size = self.piece_size(chunk.rest.len());
-            let (size, then_close) = match self.effects.bytes_left {
-                Some(left) if (size as u64) >= left => {
-                    (usize::try_from(left).unwrap_or(size), true)
+            let (size, then_close) = match chunk.piece_left.take() {
+                Some(left) => left,
+                None => {
+                    let size = self.piece_size(chunk.rest.len());
+                    match self.effects.bytes_left {
+                        Some(left) if (size as u64) >= left => {
+                            (usize::try_from(left).unwrap_or(size), true)
+                        }
+                        _ => (size, false),
+                    }
                 }
-                _ => (size, false),
             };
-            let (piece, rest) = chunk.rest.split_at(size);
-            if dst.write_all(piece).await.is_err() {
-                return Ok(Some(End::Close));
+            if size == 0 {
+                return Ok(Some(End::Close)); // the byte budget is spent
             }
-            chunk.rest = rest;
-            self.transferred += size as u64;
+            // Cut short by a change, nothing of the piece was written: it is
+            // sized again under the new toxics.
+            let written = match self.write_some(&chunk.rest[..size], dst).await? {
+                Ok(0) | Err(_) => return Ok(Some(End::Close)),
+                Ok(n) => n,
+            };
+            chunk.rest = &chunk.rest[written..];
+            self.transferred += written as u64;
             if let Some(left) = self.effects.bytes_left.as_mut() {
-                *left = left.saturating_sub(size as u64);
+                *left = left.saturating_sub(written as u64);
+            }
+            if written < size {
+                // The socket took part of it (a slow reader): the rest of
+                // the same piece follows, without a pause.
+                chunk.piece_left = Some((size - written, then_close));
+                continue;
             }
             if then_close {
                 return Ok(Some(End::Close));
@@ -449,6 +484,34 @@ impl Pump {
         End::Eof
     }
 
+    /// Writes what `dst` takes of `piece` now, unless the toxic set changes
+    /// first or the connection must close, as [`Pump::wait_until`] does:
+    /// a reader that does not read leaves the write waiting in the kernel
+    /// for as long as it likes, and a toxic added meanwhile (`reset_peer`,
+    /// `timeout`) must not wait for it. A write cut short wrote nothing
+    /// (`write` is cancel safe), so the piece is simply offered again.
+    async fn write_some(
+        &mut self,
+        piece: &[u8],
+        dst: &mut WriteHalf<'_>,
+    ) -> Result<io::Result<usize>, Interrupt> {
+        let close_at = self.effects.close_at;
+        tokio::select! {
+            biased;
+            changed = self.toxics.changed() => {
+                if changed.is_err() {
+                    return Err(Interrupt::Close); // the proxy is gone
+                }
+                self.refresh();
+                Err(Interrupt::Changed)
+            }
+            () = sleep_until(close_at.unwrap_or_else(Instant::now)), if close_at.is_some() => {
+                Err(Interrupt::Close)
+            }
+            written = dst.write(piece) => Ok(written),
+        }
+    }
+
     /// Sleeps until `deadline`, unless the toxic set changes first (the
     /// effects are refreshed and the caller decides again) or the
     /// connection must close: `timeout`'s clock ran out, or the proxy is
@@ -500,6 +563,10 @@ struct Chunk<'a> {
     /// When its last piece was written, and the piece's size: what the
     /// pacing of the next piece counts from.
     last_piece: Option<(Instant, u64)>,
+    /// What the socket has not taken yet of the piece being written (a
+    /// slow reader), and whether the connection closes after it
+    /// (`limit_data`).
+    piece_left: Option<(usize, bool)>,
 }
 
 /// Why a wait inside a delivery ended early.
@@ -571,5 +638,63 @@ mod tests {
         pump.refresh();
         assert!(pump.rolls.is_empty() && pump.seen.is_empty());
         assert!(pump.effects.latency.is_none());
+    }
+
+    /// Leaves a pump waiting in its write to a socket whose reader never
+    /// reads (the kernel's buffers full), adds a toxic of `kind`, and tells
+    /// how the pump ended, if it did within 5 s.
+    async fn a_blocked_write_meets(kind: ToxicKind) -> Option<End> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut writer = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (_reader, _) = listener.accept().await.unwrap();
+        let junk = vec![0u8; 1 << 20];
+        loop {
+            match writer.try_write(&junk) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("filling the socket: {e}"),
+            }
+        }
+        let (toxics, watched) = watch::channel(Arc::new(Vec::new()));
+        let (tx, rx) = mpsc::channel(IN_FLIGHT);
+        // More than the buffers can take even if some room came back.
+        tx.send(Input::Data(vec![1u8; 8 << 20], Instant::now()))
+            .await
+            .unwrap();
+        let (_, mut dst) = writer.split();
+        let pump = Pump::new(Stream::Downstream, watched, 7).write_from(rx, &mut dst);
+        tokio::pin!(pump);
+        // One poll takes the chunk in and leaves the pump waiting in its
+        // write: nothing else can keep it.
+        std::future::poll_fn(|cx| {
+            assert!(pump.as_mut().poll(cx).is_pending(), "the write completed");
+            std::task::Poll::Ready(())
+        })
+        .await;
+        toxics.send_replace(Arc::new(vec![entry(1, kind)]));
+        let end = tokio::time::timeout(Duration::from_secs(5), pump)
+            .await
+            .ok();
+        drop(tx);
+        end
+    }
+
+    /// A `reset_peer` added while the answer waits on a client that does
+    /// not read resets the connection at once; it used to wait for the
+    /// client to make room (here, for ever).
+    #[tokio::test]
+    async fn reset_peer_added_during_a_blocked_write_resets_at_once() {
+        let end = a_blocked_write_meets(ToxicKind::ResetPeer { timeout: 0 }).await;
+        assert_eq!(end, Some(End::Reset));
+    }
+
+    /// A `timeout` added then drops what was not written and closes the
+    /// connection when its clock runs out, without waiting for the reader.
+    #[tokio::test]
+    async fn timeout_added_during_a_blocked_write_closes_on_time() {
+        let end = a_blocked_write_meets(ToxicKind::Timeout { timeout: 100 }).await;
+        assert_eq!(end, Some(End::Close));
     }
 }

@@ -17,8 +17,16 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::{
     Error, Toxic, link,
+    toxic::MAX_WAIT_MS,
     windows::{Closed, WindowEnd, WindowHistory, WindowLog},
 };
+
+/// How long a new connection waits for its upstream to accept it when its
+/// proxy's config sets no `connect_timeout_ms`: far above a healthy
+/// connect (well under a millisecond on a LAN), far below the kernel's SYN
+/// retries (about two minutes on Linux), which a black-holed upstream
+/// would otherwise hold each client for.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The toxics of a proxy, in the order they were added, as every open
 /// connection sees them.
@@ -53,6 +61,12 @@ pub struct ProxyConfig {
     /// sizes); derived from the name when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// How long, in milliseconds (1 to [`MAX_WAIT_MS`]), a new connection
+    /// waits for the upstream to accept it; then the client is closed, as
+    /// when the upstream refuses. Absent: [`DEFAULT_CONNECT_TIMEOUT`]. Our
+    /// addition, like `seed` (Toxiproxy waits as long as the kernel does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout_ms: Option<u64>,
 }
 
 shopeasy_runtime::only_json_objects!(serialize: ProxyConfig);
@@ -75,6 +89,7 @@ impl ProxyConfig {
             upstream: upstream.into(),
             enabled: true,
             seed: None,
+            connect_timeout_ms: None,
         }
     }
 
@@ -97,6 +112,42 @@ impl ProxyConfig {
     pub fn enabled(mut self, enabled: bool) -> Self {
         self.enabled = enabled;
         self
+    }
+
+    /// The same, giving up on connecting to the upstream after `timeout`
+    /// (rounded up to whole milliseconds).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        let ms = timeout.as_nanos().div_ceil(1_000_000);
+        self.connect_timeout_ms = Some(u64::try_from(ms).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// The connect timeout it asks for, or the default.
+    pub fn connect_timeout_or_default(&self) -> Duration {
+        self.connect_timeout_ms
+            .map_or(DEFAULT_CONNECT_TIMEOUT, Duration::from_millis)
+    }
+
+    /// Refuses a config no proxy can start with, before anything changes.
+    ///
+    /// # Errors
+    /// [`Error::MissingField`] for an empty name or upstream;
+    /// [`Error::BadBody`] for a `connect_timeout_ms` of 0 (every connection
+    /// would fail) or above [`MAX_WAIT_MS`] (a typo, as for a toxic).
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        if self.name.is_empty() {
+            return Err(Error::MissingField("name"));
+        }
+        if self.upstream.is_empty() {
+            return Err(Error::MissingField("upstream"));
+        }
+        match self.connect_timeout_ms {
+            Some(ms) if !(1..=MAX_WAIT_MS).contains(&ms) => Err(Error::BadBody(format!(
+                "connect_timeout_ms must be between 1 and {MAX_WAIT_MS} ms (24 h), not {ms}"
+            ))),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -143,6 +194,8 @@ struct Shared {
     upstream: Arc<str>,
     listen: SocketAddr,
     seed: u64,
+    /// How long each connection waits for the upstream to accept it.
+    connect_timeout: Duration,
     /// Wanted state: set by the handle.
     enabled: watch::Sender<bool>,
     /// Actual state: whether the listener is bound, set by the accept loop.
@@ -177,6 +230,7 @@ impl FaultProxy {
     ///
     /// # Errors
     /// [`Error::MissingField`] for an empty name or upstream,
+    /// [`Error::BadBody`] for a `connect_timeout_ms` out of range,
     /// [`Error::Listen`] when the listen address cannot be bound.
     pub async fn start_with(config: ProxyConfig) -> Result<Self, Error> {
         let windows = Arc::new(WindowLog::new(&config.name));
@@ -191,12 +245,8 @@ impl FaultProxy {
         config: ProxyConfig,
         windows: Arc<WindowLog>,
     ) -> Result<Self, Error> {
-        if config.name.is_empty() {
-            return Err(Error::MissingField("name"));
-        }
-        if config.upstream.is_empty() {
-            return Err(Error::MissingField("upstream"));
-        }
+        config.check()?;
+        let connect_timeout = config.connect_timeout_or_default();
         let listener = TcpListener::bind(config.listen.as_str())
             .await
             .map_err(|source| Error::Listen {
@@ -214,6 +264,7 @@ impl FaultProxy {
             upstream: config.upstream.into(),
             listen,
             seed,
+            connect_timeout,
             enabled: watch::Sender::new(config.enabled),
             listening: watch::Sender::new(true),
             toxics: watch::Sender::new(Arc::new(Vec::new())),
@@ -267,6 +318,26 @@ impl FaultProxy {
         self.shared.seed
     }
 
+    /// How long each new connection waits for the upstream to accept it.
+    pub fn connect_timeout(&self) -> Duration {
+        self.shared.connect_timeout
+    }
+
+    /// The config it would start again with: as created, with its state
+    /// now (enabled or not) and the seed it drew.
+    pub(crate) fn config(&self) -> ProxyConfig {
+        ProxyConfig {
+            name: self.shared.name.clone(),
+            listen: self.shared.listen.to_string(),
+            upstream: self.shared.upstream.to_string(),
+            enabled: self.enabled(),
+            seed: Some(self.shared.seed),
+            connect_timeout_ms: Some(
+                u64::try_from(self.shared.connect_timeout.as_millis()).unwrap_or(MAX_WAIT_MS),
+            ),
+        }
+    }
+
     /// Whether it accepts connections.
     pub fn enabled(&self) -> bool {
         *self.shared.enabled.borrow()
@@ -278,20 +349,55 @@ impl FaultProxy {
     ///
     /// A disabled period is a fault window of type
     /// [`crate::windows::DISABLED`] ([`FaultProxy::windows`]).
+    ///
+    /// Once it is stopped this does nothing, as a toxic change is refused
+    /// then ([`FaultProxy::try_set_enabled`] says so).
     pub async fn set_enabled(&self, enabled: bool) {
-        self.set_enabled_for(enabled, WindowEnd::Enabled).await;
+        if let Err(e) = self.try_set_enabled(enabled).await {
+            tracing::debug!(
+                proxy = self.name(),
+                enabled,
+                error = %e,
+                "stopped proxy: enabling or disabling ignored"
+            );
+        }
     }
 
-    /// [`FaultProxy::set_enabled`], closing a disabled window for `end`.
-    async fn set_enabled_for(&self, enabled: bool, end: WindowEnd) {
+    /// [`FaultProxy::set_enabled`], telling whether the change was made.
+    ///
+    /// # Errors
+    /// [`Error::ProxyNotFound`] once it is stopped (removed, or restarted
+    /// by its [`crate::Proxies`] set): nothing changes, and no window opens
+    /// or closes. The history is shared with the proxy that restarted it,
+    /// so a handle kept across the restart would otherwise record a
+    /// disabled window for an edge that is up (or close the one of an edge
+    /// still down).
+    pub async fn try_set_enabled(&self, enabled: bool) -> Result<(), Error> {
+        self.set_enabled_for(enabled, WindowEnd::Enabled).await
+    }
+
+    /// [`FaultProxy::try_set_enabled`], closing a disabled window for `end`.
+    async fn set_enabled_for(&self, enabled: bool, end: WindowEnd) -> Result<(), Error> {
         let mut closed = Closed::default();
-        self.shared.enabled.send_modify(|current| {
+        let mut refused = false;
+        self.shared.enabled.send_if_modified(|current| {
+            // Checked under the flag's lock, as the toxics are under the
+            // set's: a change lands before a restart reads the flag, or is
+            // refused.
+            if self.stopped() {
+                refused = true;
+                return false;
+            }
             if *current != enabled {
                 closed = self.shared.windows.enabled_changed(enabled, end);
             }
             *current = enabled;
+            true
         });
         drop(closed);
+        if refused {
+            return Err(Error::ProxyNotFound);
+        }
         let mut listening = self.shared.listening.subscribe();
         let stopped = self.shared.stop.cancelled();
         tokio::select! {
@@ -301,6 +407,7 @@ impl FaultProxy {
             // keeps trying and logs it, so do not wait forever.
             () = tokio::time::sleep(Duration::from_secs(5)) => {}
         }
+        Ok(())
     }
 
     /// Connections accepted since it started (each one counts, whatever
@@ -470,9 +577,13 @@ impl FaultProxy {
 
     /// Toxiproxy's reset of one proxy: every toxic removed, enabled; the
     /// windows this ends close as `reset`.
-    pub(crate) async fn reset(&self) {
+    ///
+    /// # Errors
+    /// [`Error::ProxyNotFound`] once it is stopped, with nothing changed
+    /// (its successor's toxics and disabled window are not its own).
+    pub(crate) async fn reset(&self) -> Result<(), Error> {
         self.remove_all_toxics_for(WindowEnd::Reset);
-        self.set_enabled_for(true, WindowEnd::Reset).await;
+        self.set_enabled_for(true, WindowEnd::Reset).await
     }
 
     /// Puts back the toxics of the proxy this one restarted, whose windows
@@ -519,12 +630,13 @@ impl FaultProxy {
 
     /// Whether it was stopped ([`FaultProxy::stop`], or removed or
     /// restarted by its [`crate::Proxies`] set). A stopped proxy refuses
-    /// toxic changes with [`Error::ProxyNotFound`]: its toxics are gone
-    /// with it, or carried over by the proxy that restarted it, so a change
-    /// through an old handle would be lost (with its window left open) or
-    /// undo one made to its successor. Checked under the toxic set's lock,
-    /// so a change either lands before a restart reads the set or is
-    /// refused.
+    /// toxic changes, and enabling or disabling it, with
+    /// [`Error::ProxyNotFound`]: its toxics and state are gone with it, or
+    /// carried over by the proxy that restarted it (whose window history it
+    /// shares), so a change through an old handle would be lost (with its
+    /// window left open) or undo one made to its successor. Checked under
+    /// the toxic set's (or the enabled flag's) lock, so a change either
+    /// lands before a restart reads them or is refused.
     fn stopped(&self) -> bool {
         self.shared.stop.is_cancelled()
     }
@@ -621,10 +733,11 @@ fn spawn_connection(shared: &Shared, socket: tokio::net::TcpStream, cancel: Canc
         .map_or(shared.seed, |mut rng| rng.next_u64());
     let open = OpenGuard::new(shared.open.clone());
     let upstream = shared.upstream.clone();
+    let connect_timeout = shared.connect_timeout;
     let toxics = shared.toxics.subscribe();
     tokio::spawn(async move {
         let _open = open;
-        link::serve(socket, upstream, toxics, cancel, seed).await;
+        link::serve(socket, upstream, connect_timeout, toxics, cancel, seed).await;
     });
 }
 

@@ -127,59 +127,53 @@ impl Proxies {
         let current = proxy.view();
         let listen = update.listen.unwrap_or_else(|| current.listen.clone());
         let upstream = update.upstream.unwrap_or_else(|| current.upstream.clone());
-        let enabled = update.enabled.unwrap_or(current.enabled);
         if listen == current.listen && upstream == current.upstream {
-            proxy.set_enabled(enabled).await;
+            proxy
+                .set_enabled(update.enabled.unwrap_or(current.enabled))
+                .await;
             return Ok(proxy);
         }
         let log = proxy.window_log();
         proxy.stop_keeping_windows().await;
-        // Read after the stop: a toxic change through the old proxy either
-        // landed before it (and is carried over) or is refused.
+        // Read after the stop: a toxic change, or an enabling or disabling,
+        // through the old proxy either landed before it (and is carried
+        // over) or is refused.
         let toxics = proxy.toxics();
-        let config = |listen, upstream, enabled| ProxyConfig {
-            name: name.to_owned(),
+        let old = proxy.config();
+        let wanted = ProxyConfig {
             listen,
             upstream,
-            enabled,
-            seed: Some(proxy.seed()),
+            enabled: update.enabled.unwrap_or(old.enabled),
+            ..old.clone()
         };
-        let (restarted, outcome) =
-            match FaultProxy::start_in(config(listen, upstream, enabled), log.clone()).await {
-                Ok(p) => (p.clone(), Ok(p)),
-                Err(e) => {
-                    let old = config(current.listen, current.upstream, current.enabled);
-                    match FaultProxy::start_in(old, log.clone()).await {
-                        Ok(p) => (p, Err(e)),
-                        Err(_) => {
-                            by_name.remove(name);
-                            drop(log.stopped());
-                            return Err(e);
-                        }
-                    }
+        let (restarted, outcome) = match FaultProxy::start_in(wanted, log.clone()).await {
+            Ok(p) => (p.clone(), Ok(p)),
+            Err(e) => match FaultProxy::start_in(old, log.clone()).await {
+                Ok(p) => (p, Err(e)),
+                Err(_) => {
+                    by_name.remove(name);
+                    drop(log.stopped());
+                    return Err(e);
                 }
-            };
+            },
+        };
         restarted.restore_toxics(toxics);
         by_name.insert(name.to_owned(), restarted);
         outcome
     }
 
     /// Creates the proxies in `configs`, replacing any of the same name
-    /// whose listen address or upstream differ (Toxiproxy's `/populate`);
-    /// an identical one is kept, with its toxics, and only enabled or
-    /// disabled as asked.
+    /// whose listen address, upstream or connect timeout differ
+    /// (Toxiproxy's `/populate`); an identical one is kept, with its
+    /// toxics, and only enabled or disabled as asked.
     ///
     /// # Errors
-    /// [`Error::MissingField`] before anything changes when a config lacks a
-    /// name or upstream; otherwise the first start failure.
+    /// Before anything changes, [`Error::MissingField`] when a config lacks
+    /// a name or upstream, [`Error::BadBody`] when its `connect_timeout_ms`
+    /// is out of range; otherwise the first start failure.
     pub async fn populate(&self, configs: Vec<ProxyConfig>) -> Result<Vec<FaultProxy>, Error> {
         for config in &configs {
-            if config.name.is_empty() {
-                return Err(Error::MissingField("name"));
-            }
-            if config.upstream.is_empty() {
-                return Err(Error::MissingField("upstream"));
-            }
+            config.check()?;
         }
         let mut by_name = self.by_name.lock().await;
         let mut result = Vec::with_capacity(configs.len());
@@ -188,7 +182,10 @@ impl Proxies {
                 let same_listen = existing.view().listen == config.listen
                     || config.listen.ends_with(":0")
                     || config.listen.is_empty();
-                if same_listen && existing.upstream() == config.upstream {
+                if same_listen
+                    && existing.upstream() == config.upstream
+                    && existing.connect_timeout() == config.connect_timeout_or_default()
+                {
                     existing.set_enabled(config.enabled).await;
                     result.push(existing);
                     continue;
@@ -207,8 +204,15 @@ impl Proxies {
     /// Enables every proxy and removes every toxic (Toxiproxy's `/reset`);
     /// the fault windows this ends close as `reset`.
     pub async fn reset(&self) {
-        for proxy in self.list().await {
-            proxy.reset().await;
+        // Under the set's lock, which a restart holds throughout: each proxy
+        // is reset as it is now, never through the handle of one a restart
+        // has just replaced (which refuses, leaving its successor as it was).
+        let by_name = self.by_name.lock().await;
+        for proxy in by_name.values() {
+            if let Err(e) = proxy.reset().await {
+                // Stopped through a handle of its own, yet still listed.
+                tracing::debug!(proxy = proxy.name(), error = %e, "stopped proxy not reset");
+            }
         }
     }
 
@@ -266,5 +270,59 @@ impl Proxies {
             config.seed = Some(seed_for(&config.name) ^ self.seed);
         }
         config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::windows::{DISABLED, WindowEnd};
+
+    /// Toxiproxy's reset through the handle of a proxy a restart replaced
+    /// (as `Proxies::reset` could hold one, listing the proxies before the
+    /// restart) is refused: it used to end the successor's `disabled`
+    /// window, as `reset`, while the successor stayed down.
+    #[tokio::test]
+    async fn a_stale_handle_does_not_reset_the_proxy_that_replaced_it() {
+        let proxies = Proxies::with_seed(8);
+        let old = proxies
+            .create(ProxyConfig::new("edge", "127.0.0.1:9").enabled(false))
+            .await
+            .unwrap();
+        let restarted = proxies
+            .update(
+                "edge",
+                ProxyUpdate {
+                    upstream: Some("127.0.0.1:10".to_owned()),
+                    ..ProxyUpdate::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert!(!restarted.enabled(), "restarted as it was, down");
+
+        assert!(matches!(old.reset().await, Err(Error::ProxyNotFound)));
+        assert!(!restarted.enabled());
+        let open: Vec<String> = proxies
+            .windows("edge", None)
+            .unwrap()
+            .windows
+            .into_iter()
+            .filter(|w| w.ended_by.is_none())
+            .map(|w| w.kind)
+            .collect();
+        assert_eq!(open, [DISABLED], "the successor's window goes on");
+
+        proxies.reset().await;
+        assert!(restarted.enabled(), "the set resets the proxy it has now");
+        let ends: Vec<Option<WindowEnd>> = proxies
+            .windows("edge", None)
+            .unwrap()
+            .windows
+            .into_iter()
+            .map(|w| w.ended_by)
+            .collect();
+        assert_eq!(ends, [Some(WindowEnd::Reset)]);
+        proxies.shutdown().await;
     }
 }

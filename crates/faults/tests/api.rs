@@ -553,3 +553,28 @@ async fn attributes_beyond_their_bounds_are_a_bad_request_naming_them() {
     let (_, toxic) = api.get("/proxies/edge/toxics/slow").await;
     assert_eq!(toxic["attributes"]["latency"], 1, "unchanged: {toxic}");
 }
+
+/// `connect_timeout_ms` (ours, like `seed`) is read from a proxy's JSON and
+/// bounded as durations are: 0 would fail every connection, beyond 24 h is
+/// a typo.
+#[tokio::test]
+async fn a_connect_timeout_is_read_from_the_json_and_bounded() {
+    let api = start_api().await;
+    let upstream = echo().await.addr.to_string();
+    for ms in [0, 86_400_001_u64] {
+        let proxy = json!({"name": "edge", "upstream": upstream, "connect_timeout_ms": ms});
+        let (status, problem) = api.post("/proxies", proxy).await;
+        assert_eq!(status, 400, "{ms}: {problem}");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("connect_timeout_ms")),
+            "{problem}"
+        );
+    }
+    let proxy = json!({"name": "edge", "upstream": upstream, "connect_timeout_ms": 250});
+    let (status, created) = api.post("/proxies", proxy).await;
+    assert_eq!(status, 201, "{created}");
+    let edge = api.proxies.get("edge").await.unwrap();
+    assert_eq!(edge.connect_timeout(), Duration::from_millis(250));
+}

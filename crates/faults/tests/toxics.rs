@@ -398,6 +398,68 @@ async fn an_unreachable_upstream_closes_the_client() {
     assert!(end.is_ok() || end.as_ref().is_err_and(|e| e.kind() != ErrorKind::TimedOut));
 }
 
+/// An upstream that takes no connection, as a black-holed host: a listener
+/// (backlog 1) whose accept queue is filled and never drained, so the
+/// kernel drops every further SYN and a connect waits for its retries
+/// (about two minutes). Filled until a connect hangs, rather than trusting
+/// how the kernel counts the backlog; the listener and the queued
+/// connections must be kept.
+async fn black_hole() -> (
+    std::net::SocketAddr,
+    tokio::net::TcpListener,
+    Vec<TcpStream>,
+) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut queued = Vec::new();
+    for _ in 0..64 {
+        match tokio::time::timeout(Duration::from_millis(300), TcpStream::connect(addr)).await {
+            Ok(connected) => queued.push(connected.unwrap()),
+            Err(_) => return (addr, listener, queued),
+        }
+    }
+    panic!("the accept queue of {addr} never filled");
+}
+
+#[tokio::test]
+async fn an_upstream_that_never_accepts_closes_the_client_after_the_connect_timeout() {
+    let (upstream, _listener, _queued) = black_hole().await;
+    let proxy = FaultProxy::start_with(
+        ProxyConfig::new("black-hole", upstream.to_string())
+            .connect_timeout(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(proxy.connect_timeout(), Duration::from_millis(300));
+    let started = Instant::now();
+    let mut client = connect(proxy.listen_addr()).await;
+    let (data, end) = read_to_end(&mut client, LIMIT).await;
+    let took = started.elapsed();
+    assert!(data.is_empty());
+    assert!(end.is_ok(), "closed as when refused: {end:?}");
+    assert!(took >= Duration::from_millis(280), "closed after {took:?}");
+    assert!(took < Duration::from_secs(3), "closed after {took:?}");
+}
+
+#[tokio::test]
+async fn a_connect_timeout_out_of_range_is_refused() {
+    assert_eq!(
+        ProxyConfig::new("t", "127.0.0.1:9").connect_timeout_or_default(),
+        shopeasy_faults::proxy::DEFAULT_CONNECT_TIMEOUT
+    );
+    for timeout in [Duration::ZERO, Duration::from_secs(24 * 60 * 60 + 1)] {
+        let refused =
+            FaultProxy::start_with(ProxyConfig::new("t", "127.0.0.1:9").connect_timeout(timeout))
+                .await;
+        assert!(
+            matches!(refused, Err(shopeasy_faults::Error::BadBody(_))),
+            "{timeout:?}: {refused:?}"
+        );
+    }
+}
+
 /// A port nothing listens on: bind one, note it, release it.
 async fn unused_port() -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -478,3 +478,65 @@ async fn a_stale_handle_cannot_change_the_toxics_of_a_restarted_or_removed_proxy
         history.windows
     );
 }
+
+/// Enabling or disabling through a handle kept across a restart is refused
+/// as a toxic change is: it used to flip the stopped proxy's flag and
+/// record into the history it shares with its successor, opening a
+/// `disabled` window for an edge that was up, or ending the one of an edge
+/// still down.
+#[tokio::test]
+async fn a_stale_handle_cannot_enable_or_disable_a_restarted_proxy() {
+    let proxies = Proxies::with_seed(6);
+    let upstream = echo().await;
+    let old = proxies
+        .create(shopeasy_faults::ProxyConfig::new(
+            "order-inventory",
+            upstream.addr.to_string(),
+        ))
+        .await
+        .unwrap();
+    let other = echo().await;
+    let restarted = proxies
+        .update(
+            "order-inventory",
+            shopeasy_faults::ProxyUpdate {
+                upstream: Some(other.addr.to_string()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+
+    assert!(matches!(
+        old.try_set_enabled(false).await,
+        Err(shopeasy_faults::Error::ProxyNotFound)
+    ));
+    old.set_enabled(false).await; // ignored, as `remove_all_toxics` is
+    assert!(restarted.enabled());
+    let history = proxies.windows("order-inventory", None).unwrap();
+    assert!(
+        history.windows.is_empty(),
+        "the edge is up, no window: {:?}",
+        history.windows
+    );
+    let mut client = support::connect(restarted.listen_addr()).await;
+    support::round_trip(&mut client, b"ping", Duration::from_secs(5))
+        .await
+        .unwrap();
+
+    restarted.set_enabled(false).await;
+    assert!(matches!(
+        old.try_set_enabled(true).await,
+        Err(shopeasy_faults::Error::ProxyNotFound)
+    ));
+    assert!(!restarted.enabled());
+    let open: Vec<String> = proxies
+        .windows("order-inventory", None)
+        .unwrap()
+        .windows
+        .into_iter()
+        .filter(|w| w.ended_by.is_none())
+        .map(|w| w.kind)
+        .collect();
+    assert_eq!(open, [DISABLED], "the edge is down, its window open");
+}
