@@ -30,6 +30,13 @@ pub enum ConsoleError {
     /// This console has no such part (no load generator, no gateway).
     #[error("{0}")]
     NotAvailable(String),
+    /// No such thing to start (a scene's name).
+    #[error("{0}")]
+    NotFound(String),
+    /// Something already breaks the system on purpose (a scene, or
+    /// presentation mode): one at a time (see [`crate::stage`]).
+    #[error("{0}")]
+    Busy(String),
     /// The path is a control, but not for this method (`allow` is its
     /// method).
     #[error("{detail}")]
@@ -82,6 +89,8 @@ impl IntoResponse for ConsoleError {
                 Problem::new(StatusCode::FORBIDDEN, "forbidden", "Forbidden", detail)
             }
             Self::BadRequest(_) => Problem::bad_request(detail),
+            Self::NotFound(_) => Problem::not_found(detail),
+            Self::Busy(_) => Problem::new(StatusCode::CONFLICT, "busy", "Busy", detail),
             Self::NotAvailable(_) => Problem::new(
                 StatusCode::NOT_IMPLEMENTED,
                 "not-available",

@@ -27,6 +27,7 @@
 //! - [`traces`]: the [`TraceSource`] trait behind "a recent order's path";
 //! - [`scenes`]: the [`scenes::SceneControl`] trait behind the Scenarios panel;
 //! - [`presentation`]: faults cycled on a seeded schedule, for talks;
+//! - [`stage`]: a scene or presentation mode, never both;
 //! - [`stores`]: each service's Postgres and Redis, in full mode;
 //! - [`assets`]: the embedded page;
 //! - [`server`]: the router, [`Console::bind`] and [`Console::serve`];
@@ -47,6 +48,7 @@ pub mod server;
 pub mod settings;
 pub mod snapshot;
 pub mod sse;
+pub mod stage;
 pub mod stores;
 pub mod traces;
 

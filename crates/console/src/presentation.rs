@@ -11,7 +11,7 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /api/presentation` | its [`PresentationStatus`] |
-//! | `POST /api/presentation` | start (a [`PresentationRequest`]; admin token) |
+//! | `POST /api/presentation` | start (a [`PresentationRequest`]; admin token; 409 while a scene runs, see [`crate::stage`]) |
 //! | `DELETE /api/presentation` | stop (admin token) |
 
 use std::{
@@ -471,17 +471,16 @@ async fn start(State(state): State<AppState>, body: Bytes) -> Result<Response, C
     let request: PresentationRequest = serde_json::from_slice(&body)
         .map_err(|e| ConsoleError::BadRequest(format!("not a presentation request: {e}")))?;
     request.validate().map_err(ConsoleError::BadRequest)?;
-    let scene = state.scenes.as_ref().and_then(|s| s.current());
-    if let Some(scene) = scene.filter(|s| s.state == crate::scenes::SceneState::Running) {
-        // Its faults would land in the scene's measurements.
-        return Ok(crate::scenes::busy(format!(
-            "scene {} is running; start presentation mode after it",
-            scene.name
-        )));
-    }
+    // Its faults would land in a running scene's measurements.
     state
-        .presentation
-        .start(state.http.clone(), state.faults_url.clone(), request)
+        .stage
+        .start_presentation(
+            state.scenes.as_deref(),
+            &state.presentation,
+            state.http.clone(),
+            state.faults_url.clone(),
+            request,
+        )
         .await?;
     Ok((StatusCode::ACCEPTED, Json(state.presentation.status())).into_response())
 }

@@ -11,7 +11,7 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /api/scenes` | every [`SceneEntry`] |
-//! | `POST /api/scenes/{name}` | run one (admin token; 409 while one runs) |
+//! | `POST /api/scenes/{name}` | run one (admin token; 409 while one or presentation mode runs, see [`crate::stage`]) |
 //! | `GET /api/scenes/current` | the current (or last) run's [`SceneStatus`] |
 //! | `GET /scenes.js` | the panel's script |
 
@@ -87,7 +87,10 @@ pub trait SceneControl: Send + Sync + std::fmt::Debug + 'static {
     /// Every scene, in the lesson's order.
     fn list(&self) -> Vec<SceneEntry>;
 
-    /// Starts scene `name` in the background.
+    /// Starts scene `name` in the background, recording it as
+    /// [`SceneState::Running`] before it returns: the console checks
+    /// [`SceneControl::current`] to refuse presentation mode meanwhile, and
+    /// a run recorded only later could be missed (see [`crate::stage`]).
     ///
     /// # Errors
     /// An unknown name, or a scene already running.
@@ -134,18 +137,18 @@ async fn start(
     Path(name): Path<String>,
 ) -> Result<Response, ConsoleError> {
     let scenes = scenes_of(&state)?;
-    if state.presentation.status().running {
-        // Its faults would land in the scene's measurements.
-        return Ok(busy("presentation mode is running; stop it first".into()));
-    }
-    Ok(match scenes.start(&name) {
-        Ok(()) => (StatusCode::ACCEPTED, Json(scenes.current())).into_response(),
-        Err(e @ SceneStartError::Unknown(_)) => Problem::not_found(e.to_string()).into_response(),
-        Err(e @ SceneStartError::Busy(_)) => busy(e.to_string()),
-    })
+    state
+        .stage
+        .start_scene(&**scenes, &state.presentation, &name)
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(scenes.current())).into_response())
 }
 
-/// A 409: a scene or presentation mode is already breaking the system.
-pub(crate) fn busy(detail: String) -> Response {
-    Problem::new(StatusCode::CONFLICT, "busy", "Busy", detail).into_response()
+impl From<SceneStartError> for ConsoleError {
+    fn from(e: SceneStartError) -> Self {
+        match e {
+            SceneStartError::Unknown(_) => Self::NotFound(e.to_string()),
+            SceneStartError::Busy(_) => Self::Busy(e.to_string()),
+        }
+    }
 }

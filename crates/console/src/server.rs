@@ -51,6 +51,8 @@ pub struct AppState {
     pub(crate) orders: Orders,
     pub(crate) scenes: Option<Arc<dyn crate::scenes::SceneControl>>,
     pub(crate) presentation: crate::presentation::Presentation,
+    /// The one turn a scene's and presentation mode's starts take.
+    pub(crate) stage: crate::stage::Stage,
 }
 
 /// The router over `state`, guarded by `guard`.
@@ -147,6 +149,7 @@ impl Console {
             orders: orders.clone(),
             scenes: None,
             presentation: presentation.clone(),
+            stage: crate::stage::Stage::default(),
         };
         let guard = Guard::new(settings.admin_token.clone(), settings.any_host());
         let poller = Poller {
