@@ -26,6 +26,12 @@ pub const FAULTS: &str = "faults";
 /// publish its page, on `${SHOPEASY_BIND:-127.0.0.1}` as the viewers are.
 pub const CONSOLE: &str = "console";
 
+/// The compose services besides the catalogue's that run the ShopEasy
+/// image: the fault proxy and the console. [`check`] hardens them as it
+/// does the services: the console holds the admin token, and the fault
+/// proxy sits on every edge.
+pub const TOOLS: [&str; 2] = [FAULTS, CONSOLE];
+
 /// The service edges compose routes through a fault proxy: the proxy's name
 /// (as in the embedded mode, `caller-callee`), the caller, and the caller's
 /// variable that holds the callee's URL.
@@ -90,6 +96,36 @@ fn check_published_on_loopback(place: &str, service: &ComposeService, out: &mut 
                 ),
             ));
         }
+    }
+}
+
+/// Checks that a container of ours runs as a non-root user, on a
+/// read-only root file system, with every capability dropped and
+/// `no-new-privileges` (no setuid binary can raise it): all the image's
+/// binaries need (none writes outside a named volume) and all a
+/// compromised process should get.
+fn check_hardening(place: &str, service: &ComposeService, out: &mut Vec<Finding>) {
+    let root = service.user.is_empty()
+        || service.user == "0"
+        || service.user.starts_with("0:")
+        || service.user.starts_with("root");
+    if root || !service.read_only || !service.cap_drop.iter().any(|c| c == "ALL") {
+        out.push(Finding::new(
+            place,
+            "must run as a non-root user with read_only: true and cap_drop: [ALL]",
+        ));
+    }
+    let no_new_privileges = service.security_opt.iter().any(|o| {
+        matches!(
+            o.as_str(),
+            "no-new-privileges" | "no-new-privileges:true" | "no-new-privileges=true"
+        )
+    });
+    if !no_new_privileges {
+        out.push(Finding::new(
+            place,
+            "must set security_opt: [\"no-new-privileges:true\"]",
+        ));
     }
 }
 
@@ -164,6 +200,8 @@ pub struct ComposeService {
     pub read_only: bool,
     /// `cap_drop`.
     pub cap_drop: Vec<String>,
+    /// `security_opt` (`no-new-privileges:true`, …).
+    pub security_opt: Vec<String>,
     /// `profiles`: empty = started by a plain `up`.
     pub profiles: Vec<String>,
     /// `volumes` as `source:target[:mode]` (the long form rewritten so).
@@ -259,6 +297,7 @@ impl ComposeService {
             user: s.get("user").map(scalar).unwrap_or_default(),
             read_only: s.get("read_only") == Some(&Json::Bool(true)),
             cap_drop: s.get("cap_drop").map(strings).unwrap_or_default(),
+            security_opt: s.get("security_opt").map(strings).unwrap_or_default(),
             profiles: s.get("profiles").map(strings).unwrap_or_default(),
             volumes: s
                 .get("volumes")
@@ -278,7 +317,8 @@ impl ComposeService {
 /// binary, is given only settings it reads, repeats every tunable default
 /// as `${VAR:-default}` equal to the code's and lists every `resilience.*`
 /// key, listens on SPEC's ports, has a health check on its admin listener,
-/// runs as non-root on a read-only file system with no capabilities,
+/// runs as non-root on a read-only file system with no capabilities and no
+/// new privileges (as do the [`TOOLS`], the fault proxy and the console),
 /// starts after what it calls is healthy, and publishes no port unless it is
 /// the gateway, the console or a viewer (those on loopback by default).
 pub fn check(compose: &Compose, specs: &[ServiceSpec]) -> Vec<Finding> {
@@ -305,16 +345,7 @@ pub fn check(compose: &Compose, specs: &[ServiceSpec]) -> Vec<Finding> {
                 format!("healthcheck.test must be exec form (\"CMD\", no shell in the image) probing {probe}; found {other:?}"),
             )),
         }
-        let root = service.user.is_empty()
-            || service.user == "0"
-            || service.user.starts_with("0:")
-            || service.user.starts_with("root");
-        if root || !service.read_only || !service.cap_drop.iter().any(|c| c == "ALL") {
-            out.push(Finding::new(
-                &place,
-                "must run as a non-root user with read_only: true and cap_drop: [ALL]",
-            ));
-        }
+        check_hardening(&place, service, &mut out);
         if spec.name == "gateway" {
             check_published_on_loopback(&place, service, &mut out);
             if !service
@@ -350,6 +381,9 @@ pub fn check(compose: &Compose, specs: &[ServiceSpec]) -> Vec<Finding> {
         let ours = specs.iter().any(|s| s.name == name)
             || VIEWERS.contains(&name.as_str())
             || name == CONSOLE;
+        if TOOLS.contains(&name.as_str()) {
+            check_hardening(&place, service, &mut out);
+        }
         if name == FAULTS {
             if let Some(open) = service.ports.iter().find(|p| !p.starts_with("127.0.0.1:")) {
                 out.push(Finding::new(

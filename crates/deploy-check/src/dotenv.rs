@@ -1,6 +1,6 @@
 //! `.env.example`: every variable compose reads, with its default.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{
     Error, Finding,
@@ -39,8 +39,12 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, String>, Error> {
 }
 
 /// Checks that `.env.example` lists exactly the variables compose reads,
-/// each with the default in code (settings) or compose's own default
-/// (everything else).
+/// each with the default in code (tunable settings) or else with compose's
+/// own default, at every place compose reads it. Wiring settings (addresses,
+/// URLs, tokens: [`is_wiring`]) have no default to repeat from the code —
+/// compose wires its own services (`http://identity:8085/…`), not the
+/// code's loopback — so their copy in `.env.example` must be compose's:
+/// a copied `.env` that says otherwise would rewire the stack.
 pub fn check(
     env: &BTreeMap<String, String>,
     compose: &Compose,
@@ -48,12 +52,12 @@ pub fn check(
 ) -> Vec<Finding> {
     let place = ".env.example";
     let mut out = Vec::new();
-    let mut used: BTreeMap<String, Option<String>> = BTreeMap::new();
+    // Every default compose writes for each variable it reads (none for a
+    // bare `${VAR}`).
+    let mut used: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for i in compose.interpolations() {
         let entry = used.entry(i.var).or_default();
-        if entry.is_none() {
-            *entry = i.default;
-        }
+        entry.extend(i.default);
     }
     for var in used.keys().filter(|v| !env.contains_key(*v)) {
         out.push(Finding::new(
@@ -62,18 +66,20 @@ pub fn check(
         ));
     }
     for (var, value) in env {
-        let Some(compose_default) = used.get(var) else {
+        let Some(compose_defaults) = used.get(var) else {
             out.push(Finding::new(
                 place,
                 format!("{var} is not read by docker-compose.yml (stale)"),
             ));
             continue;
         };
-        let mut is_setting = false;
+        let mut tunable = false;
         for spec in specs {
-            if let Some(default) = spec.defaults.as_ref().and_then(|d| d.get(var)) {
-                is_setting = true;
-                if !is_wiring(var) && !same_value(default, value) {
+            if let Some(default) = spec.defaults.as_ref().and_then(|d| d.get(var))
+                && !is_wiring(var)
+            {
+                tunable = true;
+                if !same_value(default, value) {
                     out.push(Finding::new(
                         place,
                         format!(
@@ -85,11 +91,15 @@ pub fn check(
                 }
             }
         }
-        if !is_setting && let Some(d) = compose_default.as_deref().filter(|d| *d != value) {
-            out.push(Finding::new(
-                place,
-                format!("{var}={value} differs from docker-compose.yml's default ({d})"),
-            ));
+        // A tunable's compose default is compared with the code by
+        // `compose::check`; everything else is compared with compose here.
+        if !tunable {
+            for d in compose_defaults.iter().filter(|d| *d != value) {
+                out.push(Finding::new(
+                    place,
+                    format!("{var}={value} differs from docker-compose.yml's default ({d})"),
+                ));
+            }
         }
     }
     out

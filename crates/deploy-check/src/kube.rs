@@ -1,7 +1,7 @@
 //! Kubernetes objects: loading (base files or `kubectl kustomize` output)
 //! and the checks that tie them to the catalogue and to SPEC §1's edges.
 
-use std::{collections::BTreeMap, path::Path, process::Command};
+use std::{collections::BTreeMap, fmt, path::Path, process::Command};
 
 use serde_json::Value as Json;
 
@@ -11,6 +11,7 @@ use crate::{
         IDENTITY_ROUTE_VAR, JWKS_VAR, PUBLIC_KEY_VAR, ServiceSpec, VERIFIERS, display, identity,
         is_wiring, same_value, store_port, url_host_port,
     },
+    compose::{FAULTS, PROXIED_EDGES},
     yaml::{self, scalar},
 };
 
@@ -428,36 +429,195 @@ enum Direction {
     Egress,
 }
 
-/// Whether the NetworkPolicies let pods of `app` exchange traffic with
-/// pods of `peer` on `port` in `direction` (from `app`'s point of view).
-fn allowed(objects: &[Json], app: &str, direction: Direction, peer: &str, port: u16) -> bool {
-    let peers = match direction {
+/// The label value Prometheus pods carry (any namespace): the one peer
+/// that may reach an admin port.
+const PROMETHEUS: &str = "prometheus";
+
+/// The service that is the way in: anyone may call its public port.
+const ENTRANCE: &str = "gateway";
+
+/// Who one entry of a rule's `from` (or `to`) list lets through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Peer {
+    /// Any pod or address: an `ipBlock` (it may cover pod addresses), a
+    /// namespace selector alone (every pod of those namespaces), an empty
+    /// pod selector, or no list at all.
+    Anyone,
+    /// The pods labelled [`APP_LABEL`] with this name (in any namespace a
+    /// namespace selector beside it names).
+    App(String),
+    /// Pods chosen by other labels (`k8s-app: kube-dns`), shown as written:
+    /// no ShopEasy component.
+    Other(String),
+}
+
+impl Peer {
+    fn of(entry: &Json) -> Self {
+        let pods = &entry["podSelector"]["matchLabels"];
+        if entry.get("ipBlock").is_some()
+            || entry.get("podSelector").is_none()
+            || pods.as_object().is_none_or(serde_json::Map::is_empty)
+        {
+            return Self::Anyone;
+        }
+        match pods[APP_LABEL].as_str() {
+            Some(app) => Self::App(app.to_owned()),
+            None => Self::Other(pods.to_string()),
+        }
+    }
+
+    /// Whether it lets `app`'s pods through ("anyone" does).
+    fn admits(&self, app: &str) -> bool {
+        match self {
+            Self::Anyone => true,
+            Self::App(a) => a == app,
+            Self::Other(_) => false,
+        }
+    }
+
+    /// Whether it is exactly the pods of one of `apps` (never "anyone").
+    fn is_one_of(&self, apps: &[&str]) -> bool {
+        matches!(self, Self::App(a) if apps.contains(&a.as_str()))
+    }
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Anyone => f.write_str("anyone"),
+            Self::App(app) => f.write_str(app),
+            Self::Other(labels) => write!(f, "pods {labels}"),
+        }
+    }
+}
+
+/// The peers a rule lets through in `direction`: no list, or an empty
+/// one, is everyone (as Kubernetes reads it).
+fn peers(rule: &Json, direction: Direction) -> Vec<Peer> {
+    let key = match direction {
         Direction::Ingress => "from",
         Direction::Egress => "to",
     };
-    rules(objects, app, direction).any(|rule| {
-        let peer_ok = match rule[peers].as_array() {
+    match rule[key].as_array() {
+        Some(list) if !list.is_empty() => list.iter().map(Peer::of).collect(),
+        _ => vec![Peer::Anyone],
+    }
+}
+
+/// Whether a rule covers `port`: no `ports` list (or an empty one) covers
+/// every port, as does an entry with a protocol only; `endPort` makes a
+/// range. A named port covers no number here (the manifests write numbers).
+fn covers(rule: &Json, port: u16) -> bool {
+    match rule["ports"].as_array() {
+        Some(list) if !list.is_empty() => list.iter().any(|p| match p.get("port") {
             None => true,
-            Some(list) => list.iter().any(|entry| {
-                let pods = &entry["podSelector"]["matchLabels"];
-                // An ipBlock may cover pod addresses, and a namespace
-                // selector alone admits every pod it selects: both count
-                // as "anyone" here.
-                entry.get("ipBlock").is_some()
-                    || entry.get("podSelector").is_none()
-                    || (entry.get("podSelector").is_some()
-                        && (pods.as_object().is_none_or(serde_json::Map::is_empty)
-                            || pods[APP_LABEL] == peer))
+            Some(first) => first.as_u64().is_some_and(|first| {
+                let last = p["endPort"].as_u64().unwrap_or(first);
+                (first..=last).contains(&u64::from(port))
             }),
-        };
-        let port_ok = match rule["ports"].as_array() {
-            None => true,
-            Some(list) => list
-                .iter()
-                .any(|p| p["port"].as_u64() == Some(u64::from(port))),
-        };
-        peer_ok && port_ok
+        }),
+        _ => true,
+    }
+}
+
+/// Whether a rule covers `port` and no other.
+fn covers_only(rule: &Json, port: u16) -> bool {
+    rule["ports"].as_array().is_some_and(|list| {
+        !list.is_empty()
+            && list.iter().all(|p| {
+                p["port"].as_u64() == Some(u64::from(port))
+                    && p["endPort"]
+                        .as_u64()
+                        .is_none_or(|end| end == u64::from(port))
+            })
     })
+}
+
+/// The ports a rule names, as written (`8081, 9000-9100`), or "every port".
+fn ports_text(rule: &Json) -> String {
+    match rule["ports"].as_array() {
+        Some(list) if !list.is_empty() => list
+            .iter()
+            .map(|p| match (p.get("port"), p["endPort"].as_u64()) {
+                (None, _) => "every port".to_owned(),
+                (Some(first), Some(end)) => format!("{}-{end}", scalar(first)),
+                (Some(first), None) => scalar(first),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => "every port".to_owned(),
+    }
+}
+
+/// Whether the NetworkPolicies let pods of `app` exchange traffic with
+/// pods of `peer` on `port` in `direction` (from `app`'s point of view).
+fn allowed(objects: &[Json], app: &str, direction: Direction, peer: &str, port: u16) -> bool {
+    rules(objects, app, direction)
+        .any(|rule| covers(&rule, port) && peers(&rule, direction).iter().any(|p| p.admits(peer)))
+}
+
+/// Who SPEC lets open connections to `app` (a service or a store): the
+/// services that call it and, when it is the callee of an edge the fault
+/// proxy sits on (SPEC §7), the proxy, which calls it for the caller.
+fn callers_of(app: &str, specs: &[ServiceSpec]) -> Vec<&'static str> {
+    let mut callers: Vec<&'static str> = specs
+        .iter()
+        .filter(|s| s.calls.contains(&app))
+        .map(|s| s.name)
+        .collect();
+    if PROXIED_EDGES
+        .iter()
+        .any(|(edge, ..)| edge.rsplit('-').next() == Some(app))
+    {
+        callers.push(FAULTS);
+    }
+    callers
+}
+
+/// Whether `app` runs in the cluster `objects` describe: a workload or a
+/// Service by its name (the base leaves the stores outside; the demo
+/// overlay runs them).
+fn runs_in_cluster(objects: &[Json], app: &str) -> bool {
+    objects
+        .iter()
+        .any(|o| name(o) == app && matches!(kind(o), "Deployment" | "StatefulSet" | "Service"))
+}
+
+/// Checks that the ingress rules selecting `app`'s pods let in nobody but
+/// `callers` on `port` (`None`: anyone, for the way in) and Prometheus on
+/// `admin`: each other peer a rule admits, on any port, is a finding.
+/// Comparing SPEC's services pair by pair is not enough: a rule that lets
+/// in "anyone" (no `from`, an `ipBlock`, a namespace alone) or a component
+/// outside SPEC's callers (the demo issuer, a pod of another namespace)
+/// opens the pod to callers no pair names.
+fn check_admitted(
+    objects: &[Json],
+    app: &str,
+    port: u16,
+    callers: Option<&[&'static str]>,
+    admin: Option<u16>,
+    out: &mut Vec<Finding>,
+) {
+    for rule in rules(objects, app, Direction::Ingress) {
+        for peer in peers(&rule, Direction::Ingress) {
+            let caller = covers_only(&rule, port) && callers.is_none_or(|c| peer.is_one_of(c));
+            let scraper =
+                admin.is_some_and(|a| covers_only(&rule, a) && peer.is_one_of(&[PROMETHEUS]));
+            if !(caller || scraper) {
+                let who = callers.map_or_else(|| "anyone".to_owned(), |c| c.join(", "));
+                let scrape = admin
+                    .map(|a| format!(" and {PROMETHEUS} on {a}"))
+                    .unwrap_or_default();
+                out.push(Finding::new(
+                    "NetworkPolicy",
+                    format!(
+                        "{app} admits {peer} on {}: SPEC lets in only {who} on {port}{scrape}",
+                        ports_text(&rule)
+                    ),
+                ));
+            }
+        }
+    }
 }
 
 /// The rules of the NetworkPolicies that select pods of `app` for
@@ -501,7 +661,10 @@ fn dns_allowed(objects: &[Json], app: &str, protocol: &str) -> bool {
 
 /// Default deny, then exactly SPEC §1's edges between the services (the
 /// gateway may be reached from anywhere: it is the way in), each service's
-/// stores, DNS, and Prometheus on each admin port.
+/// stores, DNS, and Prometheus on each admin port. "Exactly" from both
+/// sides: no service reaches what it does not call, and no pod lets in
+/// anyone but SPEC's callers (its own ingress rules, [`check_admitted`];
+/// the stores' in [`check_stores`]).
 fn check_network_policies(objects: &[Json], specs: &[ServiceSpec], out: &mut Vec<Finding>) {
     let place = "NetworkPolicy";
     let deny = objects
@@ -538,7 +701,7 @@ fn check_network_policies(objects: &[Json], specs: &[ServiceSpec], out: &mut Vec
                     format!("{} → {}:{port} is a SPEC edge but is not allowed (egress {egress}, ingress {ingress})", caller.name, callee.name),
                 ));
             }
-            if !edge && egress && (ingress || callee.name != "gateway") {
+            if !edge && egress && (ingress || callee.name != ENTRANCE) {
                 out.push(Finding::new(
                     place,
                     format!(
@@ -562,13 +725,7 @@ fn check_network_policies(objects: &[Json], specs: &[ServiceSpec], out: &mut Vec
             }
         }
         let admin = caller.admin_port;
-        if !allowed(
-            objects,
-            caller.name,
-            Direction::Ingress,
-            "prometheus",
-            admin,
-        ) {
+        if !allowed(objects, caller.name, Direction::Ingress, PROMETHEUS, admin) {
             out.push(Finding::new(
                 place,
                 format!("Prometheus cannot scrape {}:{admin}", caller.name),
@@ -586,6 +743,64 @@ fn check_network_policies(objects: &[Json], specs: &[ServiceSpec], out: &mut Vec
                 ));
             }
         }
+        // Each service's own side: who may reach it at all, on any port.
+        let callers = callers_of(caller.name, specs);
+        let callers = (caller.name != ENTRANCE).then_some(callers.as_slice());
+        check_admitted(
+            objects,
+            caller.name,
+            caller.public_port,
+            callers,
+            Some(caller.admin_port),
+            out,
+        );
+    }
+    check_stores(objects, specs, out);
+}
+
+/// The stores' side of SPEC §1's edges: no service that does not use a
+/// store may reach its port; where the store runs in the cluster (the demo
+/// overlay), it admits exactly the services that use it (product, order and
+/// inventory to Postgres; product and order to Redis), and no one else.
+fn check_stores(objects: &[Json], specs: &[ServiceSpec], out: &mut Vec<Finding>) {
+    let place = "NetworkPolicy";
+    let mut stores: Vec<&'static str> = specs
+        .iter()
+        .flat_map(|s| s.calls.iter().copied())
+        .filter(|c| store_port(c).is_some())
+        .collect();
+    stores.sort_unstable();
+    stores.dedup();
+    for store in stores {
+        let Some(port) = store_port(store) else {
+            continue;
+        };
+        let users = callers_of(store, specs);
+        for other in specs.iter().filter(|s| !users.contains(&s.name)) {
+            if allowed(objects, other.name, Direction::Egress, store, port) {
+                out.push(Finding::new(
+                    place,
+                    format!(
+                        "{} → {store}:{port} is allowed but is no SPEC edge",
+                        other.name
+                    ),
+                ));
+            }
+        }
+        if !runs_in_cluster(objects, store) {
+            continue;
+        }
+        for user in &users {
+            if !allowed(objects, store, Direction::Ingress, user, port) {
+                out.push(Finding::new(
+                    place,
+                    format!(
+                        "{user} → {store}:{port} is a SPEC edge but {store} does not admit it (ingress)"
+                    ),
+                ));
+            }
+        }
+        check_admitted(objects, store, port, Some(users.as_slice()), None, out);
     }
 }
 

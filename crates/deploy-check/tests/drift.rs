@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::path::Path;
+
 use common::{compose_specs, mutate, read, root, specs};
 use shopeasy_deploy_check::{
     Finding,
@@ -449,6 +451,44 @@ fn wrong_ports_probes_start_order_and_published_ports_in_compose_are_caught() {
     );
 }
 
+/// The fault proxy and the console run the same image as the services and
+/// are hardened the same way: non-root, read-only, no capabilities, no new
+/// privileges.
+#[test]
+fn the_fault_proxy_and_the_console_are_hardened_like_the_services() {
+    let text = read("docker-compose.yml");
+    for (from, to, needle) in [
+        (
+            "  faults:\n    <<: *shopeasy\n",
+            "  faults:\n    <<: *shopeasy\n    user: \"0:0\"\n",
+            "services.faults: must run as a non-root user with read_only: true and cap_drop: [ALL]",
+        ),
+        (
+            "  console:\n    <<: *shopeasy\n",
+            "  console:\n    <<: *shopeasy\n    read_only: false\n",
+            "services.console: must run as a non-root user with read_only: true and cap_drop: [ALL]",
+        ),
+        (
+            "  console:\n    <<: *shopeasy\n",
+            "  console:\n    <<: *shopeasy\n    cap_drop: []\n",
+            "services.console: must run as a non-root user with read_only: true and cap_drop: [ALL]",
+        ),
+        (
+            "  faults:\n    <<: *shopeasy\n",
+            "  faults:\n    <<: *shopeasy\n    security_opt: []\n",
+            "services.faults: must set security_opt: [\"no-new-privileges:true\"]",
+        ),
+        // The shared anchor: every service and both tools lose it.
+        (
+            "  security_opt: [\"no-new-privileges:true\"]\n",
+            "",
+            "services.order: must set security_opt: [\"no-new-privileges:true\"]",
+        ),
+    ] {
+        assert_caught(&compose_findings(&mutate(&text, from, to)), needle);
+    }
+}
+
 #[test]
 fn a_changed_or_missing_env_example_value_is_caught() {
     let compose = read("docker-compose.yml");
@@ -483,6 +523,43 @@ fn a_changed_or_missing_env_example_value_is_caught() {
     assert_caught(
         &env_findings(&port, &compose),
         "GATEWAY_PORT=8000 differs from docker-compose.yml's default (8080)",
+    );
+}
+
+/// A wiring value (an address, a URL, a token) in `.env.example` has no
+/// default in code to repeat: it repeats compose's, at every place compose
+/// reads the variable, so a copied `.env` does not rewire the stack.
+#[test]
+fn a_wiring_value_in_env_example_that_differs_from_compose_is_caught() {
+    let env = read(".env.example");
+    let compose = read("docker-compose.yml");
+    let moved = mutate(
+        &env,
+        "AUTH__JWKS_URL=http://identity:8085/.well-known/jwks.json",
+        "AUTH__JWKS_URL=http://identity:8086/.well-known/jwks.json",
+    );
+    assert_caught(
+        &env_findings(&moved, &compose),
+        "AUTH__JWKS_URL=http://identity:8086/.well-known/jwks.json differs from docker-compose.yml's default (http://identity:8085/.well-known/jwks.json)",
+    );
+    let rewired = mutate(
+        &compose,
+        "${ROUTES__IDENTITY_URL-http://identity:8085}",
+        "${ROUTES__IDENTITY_URL-http://identity:8086}",
+    );
+    assert_caught(
+        &env_findings(&env, &rewired),
+        "ROUTES__IDENTITY_URL=http://identity:8085 differs from docker-compose.yml's default (http://identity:8086)",
+    );
+    // Not only the first place compose reads it: here the last of several.
+    let one_of_many = mutate(
+        &compose,
+        "\"${SHOPEASY_BIND:-127.0.0.1}:${PROMETHEUS_PORT:-9090}:9090\"",
+        "\"${SHOPEASY_BIND:-0.0.0.0}:${PROMETHEUS_PORT:-9090}:9090\"",
+    );
+    assert_caught(
+        &env_findings(&env, &one_of_many),
+        "SHOPEASY_BIND=127.0.0.1 differs from docker-compose.yml's default (0.0.0.0)",
     );
 }
 
@@ -604,6 +681,172 @@ fn a_service_without_dns_or_a_scrape_rule_is_caught() {
         "ports: [{protocol: TCP, port: 9089}]",
     )));
     assert_caught(&findings, "Prometheus cannot scrape product:9081");
+}
+
+/// Each service's own side: a rule that lets in anyone, a component
+/// outside SPEC's callers, or Prometheus beyond the admin port is caught,
+/// though no pair of SPEC's services gains an edge by it.
+#[test]
+fn a_service_that_lets_in_more_than_its_spec_callers_is_caught() {
+    for (from, to, needle) in [
+        // A second rule on product's port with no `from`: anyone.
+        (
+            "            matchLabels: {app.kubernetes.io/name: order}\n      ports: [{protocol: TCP, port: 8081}]\n",
+            "            matchLabels: {app.kubernetes.io/name: order}\n      ports: [{protocol: TCP, port: 8081}]\n    - ports: [{protocol: TCP, port: 8081}]\n",
+            "NetworkPolicy: product admits anyone on 8081: SPEC lets in only gateway, order, faults on 8081 and prometheus on 9081",
+        ),
+        // Order's caller widened from the gateway to every pod of every
+        // namespace.
+        (
+            "        - podSelector:\n            matchLabels: {app.kubernetes.io/name: gateway}\n      ports: [{protocol: TCP, port: 8082}]\n",
+            "        - namespaceSelector: {}\n      ports: [{protocol: TCP, port: 8082}]\n",
+            "NetworkPolicy: order admits anyone on 8082: SPEC lets in only gateway, faults on 8082",
+        ),
+        // Inventory opened to the demo issuer: no SPEC caller.
+        (
+            "            matchLabels: {app.kubernetes.io/name: order}\n      ports: [{protocol: TCP, port: 50051}]\n",
+            "            matchLabels: {app.kubernetes.io/name: order}\n        - podSelector:\n            matchLabels: {app.kubernetes.io/name: identity}\n      ports: [{protocol: TCP, port: 50051}]\n",
+            "NetworkPolicy: inventory admits identity on 50051: SPEC lets in only order, faults on 50051",
+        ),
+        // Prometheus on every port of the gateway, not its admin port only.
+        (
+            "      ports: [{protocol: TCP, port: 9080}]\n",
+            "",
+            "NetworkPolicy: gateway admits prometheus on every port: SPEC lets in only anyone on 8080 and prometheus on 9080",
+        ),
+    ] {
+        assert!(
+            !report(&base_findings(None)).contains(needle),
+            "caught before the mutation: {needle}"
+        );
+        assert_caught(
+            &base_findings(Some(("network-policies.yaml", from, to))),
+            needle,
+        );
+    }
+}
+
+/// A service that does not use a store may not reach its port, even where
+/// the store lives outside the cluster (the base).
+#[test]
+fn egress_to_a_store_a_service_does_not_use_is_caught() {
+    let findings = base_findings(Some((
+        "network-policies.yaml",
+        // The first is the gateway's (its JWKS provider on 443).
+        "    - ports: [{protocol: TCP, port: 443}]\n---",
+        "    - ports: [{protocol: TCP, port: 443}]\n    - ports: [{protocol: TCP, port: 5432}]\n---",
+    )));
+    assert_caught(
+        &findings,
+        "NetworkPolicy: gateway → postgres:5432 is allowed but is no SPEC edge",
+    );
+    let findings = base_findings(Some((
+        "network-policies.yaml",
+        "    - ports: [{protocol: TCP, port: 5432}]\n",
+        "    - ports: [{protocol: TCP, port: 5432}, {protocol: TCP, port: 6379}]\n",
+    )));
+    assert_caught(
+        &findings,
+        "NetworkPolicy: inventory → redis:6379 is allowed but is no SPEC edge",
+    );
+}
+
+/// The demo overlay's objects as its files list them (resources only: no
+/// patches or generators, which no NetworkPolicy depends on), from a copy of
+/// k8s/ with `file` changed (`from` → `to`) when a change is given.
+fn demo_objects(change: Option<(&str, &str, &str)>) -> Vec<serde_json::Value> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_tree(&root().join("k8s"), dir.path());
+    if let Some((file, from, to)) = change {
+        let target = dir.path().join(file);
+        let text = std::fs::read_to_string(&target).expect("read");
+        std::fs::write(&target, mutate(&text, from, to)).expect("write");
+    }
+    kube::load_kustomization(&dir.path().join("overlays/demo")).expect("demo overlay loads")
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let path = entry.expect("entry").path();
+        let target = to.join(path.file_name().expect("name"));
+        if path.is_dir() {
+            copy_tree(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).expect("copy");
+        }
+    }
+}
+
+/// What the NetworkPolicy checks find in `objects`.
+fn network_findings(objects: &[serde_json::Value]) -> Vec<Finding> {
+    kube::check(objects, &specs(), true)
+        .into_iter()
+        .filter(|f| f.place == "NetworkPolicy")
+        .collect()
+}
+
+/// The stores' side in the demo overlay, where they run in the cluster:
+/// Postgres admits product, order and inventory, Redis product and order,
+/// and no one else. Each store's policy removed, a user left out, a
+/// stranger or anyone let in: each is caught.
+#[test]
+fn the_demo_stores_admit_exactly_the_services_that_use_them() {
+    let demo = demo_objects(None);
+    assert_clean(
+        "k8s/overlays/demo NetworkPolicies",
+        &network_findings(&demo),
+    );
+
+    let without = |policy: &str| -> Vec<serde_json::Value> {
+        demo.iter()
+            .filter(|o| !(kube::kind(o) == "NetworkPolicy" && kube::name(o) == policy))
+            .cloned()
+            .collect()
+    };
+    for (store, port, users) in [
+        ("postgres", 5432, &["product", "order", "inventory"][..]),
+        ("redis", 6379, &["product", "order"][..]),
+    ] {
+        let findings = network_findings(&without(store));
+        for user in users {
+            assert_caught(
+                &findings,
+                &format!(
+                    "{user} → {store}:{port} is a SPEC edge but {store} does not admit it (ingress)"
+                ),
+            );
+        }
+    }
+
+    let policies = "overlays/demo/network-policies.yaml";
+    for (from, to, needle) in [
+        (
+            "        - podSelector:\n            matchLabels: {app.kubernetes.io/name: order}\n      ports: [{protocol: TCP, port: 6379}]\n",
+            "      ports: [{protocol: TCP, port: 6379}]\n",
+            "NetworkPolicy: order → redis:6379 is a SPEC edge but redis does not admit it (ingress)",
+        ),
+        (
+            "            matchLabels: {app.kubernetes.io/name: inventory}\n      ports: [{protocol: TCP, port: 5432}]\n",
+            "            matchLabels: {app.kubernetes.io/name: inventory}\n        - podSelector:\n            matchLabels: {app.kubernetes.io/name: gateway}\n      ports: [{protocol: TCP, port: 5432}]\n",
+            "NetworkPolicy: postgres admits gateway on 5432: SPEC lets in only product, order, inventory on 5432",
+        ),
+        (
+            "            matchLabels: {app.kubernetes.io/name: order}\n      ports: [{protocol: TCP, port: 6379}]\n",
+            "            matchLabels: {app.kubernetes.io/name: order}\n        - podSelector:\n            matchLabels: {app.kubernetes.io/name: inventory}\n      ports: [{protocol: TCP, port: 6379}]\n",
+            "NetworkPolicy: redis admits inventory on 6379: SPEC lets in only product, order on 6379",
+        ),
+        (
+            "    - from:\n        - podSelector:\n            matchLabels: {app.kubernetes.io/name: product}\n        - podSelector:\n            matchLabels: {app.kubernetes.io/name: order}\n      ports: [{protocol: TCP, port: 6379}]\n",
+            "    - ports: [{protocol: TCP, port: 6379}]\n",
+            "NetworkPolicy: redis admits anyone on 6379: SPEC lets in only product, order on 6379",
+        ),
+    ] {
+        assert_caught(
+            &network_findings(&demo_objects(Some((policies, from, to)))),
+            needle,
+        );
+    }
 }
 
 #[test]
