@@ -21,6 +21,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
+use anyhow::Context as _;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use serde_json::{Value, json};
 use shopeasy_faults::{Stream, Toxic, ToxicKind};
@@ -123,23 +124,58 @@ pub struct ChaosReport {
     pub statuses: BTreeMap<Option<u16>, usize>,
     /// Time from healing until nothing was pending (C8).
     pub drained_in: Duration,
+    /// Faults the schedule put on each edge (a toxic added, or the proxy
+    /// turned off): the run was faulted, not only loaded.
+    pub faults: BTreeMap<&'static str, usize>,
 }
 
 impl ChaosReport {
     /// A few lines for the test log.
     pub fn summary(&self) -> String {
         format!(
-            "seed {} ops {} statuses {:?} shed {} orders {} keys sent by several customers {} \
-             drained in {:?} violations {}",
+            "seed {} ops {} statuses {:?} shed {} orders {} out of stock {} keys sent by \
+             several customers {} faults {:?} drained in {:?} violations {}",
             self.seed,
             self.history.ops().len(),
             self.statuses,
             self.shed(),
             self.snapshot.orders.len(),
+            self.out_of_stock(),
             self.shared_keys(),
+            self.faults,
             self.drained_in,
             self.violations.len()
         )
+    }
+
+    /// Answers whose outcome is unknown (FAULTS.md's `info`: timeouts,
+    /// 502/503/504, 409 in progress, no answer): what the faults made.
+    pub fn unknown(&self) -> usize {
+        self.history
+            .ops()
+            .iter()
+            .filter(|op| op.outcome() == Outcome::Info)
+            .count()
+    }
+
+    /// Orders turned away for want of stock: 409 `out-of-stock` answers,
+    /// and orders left `rejected` (accepted `pending` on a stale stock
+    /// entry, the outbox worker learns it only later, so a run can exhaust
+    /// its stock without a client ever seeing a 409).
+    pub fn out_of_stock(&self) -> usize {
+        let answered = self
+            .history
+            .ops()
+            .iter()
+            .filter(|op| op.is_out_of_stock())
+            .count();
+        let rejected = self
+            .snapshot
+            .orders
+            .values()
+            .filter(|(_, status)| status == "rejected")
+            .count();
+        answered + rejected
     }
 
     /// Requests refused by admission control or a rate limit (503
@@ -199,16 +235,24 @@ pub async fn run(
     let bank = Arc::new(tokio::sync::Mutex::new(Vec::<String>::new()));
 
     let mut tasks = tokio::task::JoinSet::new();
-    for (i, (edge, slow_ms)) in config.edges.iter().enumerate() {
+    // Each edge's schedule ends with how many faults it put on, or with
+    // the error that stopped it.
+    let mut faulting = tokio::task::JoinSet::new();
+    for (i, &(edge, slow_ms)) in config.edges.iter().enumerate() {
         let proxy = cluster.proxy(edge).await;
         let steps = schedule(config.seed.wrapping_add(i as u64), config.duration);
-        let slow_ms = *slow_ms;
-        tasks.spawn(async move {
+        faulting.spawn(async move {
+            let mut applied = 0usize;
             for step in steps {
                 if Instant::now() >= deadline {
                     break;
                 }
-                apply(&proxy, step.fault, slow_ms).await;
+                if apply(&proxy, step.fault, slow_ms)
+                    .await
+                    .with_context(|| format!("{edge}: putting on {:?}", step.fault))?
+                {
+                    applied += 1;
+                }
                 tokio::time::sleep(
                     step.hold
                         .min(deadline.saturating_duration_since(Instant::now())),
@@ -216,6 +260,7 @@ pub async fn run(
                 .await;
                 clear(&proxy, step.fault).await;
             }
+            anyhow::Ok((edge, applied))
         });
     }
     let shared = Keys::default();
@@ -254,6 +299,19 @@ pub async fn run(
         });
     }
     while tasks.join_next().await.is_some() {}
+    // A schedule that could not put its faults on makes the run a lie
+    // (faults "injected" that never were): a violation, not a shrug.
+    let mut faults = BTreeMap::new();
+    let mut harness = Vec::new();
+    while let Some(done) = faulting.join_next().await {
+        match done {
+            Ok(Ok((edge, applied))) => {
+                faults.insert(edge, applied);
+            }
+            Ok(Err(e)) => harness.push(format!("harness: fault schedule stopped: {e:#}")),
+            Err(e) => harness.push(format!("harness: fault schedule panicked: {e}")),
+        }
+    }
 
     cluster.heal().await;
     let healed = Instant::now();
@@ -268,7 +326,8 @@ pub async fn run(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let drained_in = healed.elapsed();
-    let mut violations = bank.lock().await.clone();
+    let mut violations = harness;
+    violations.extend(bank.lock().await.iter().cloned());
     if snapshot.pending() > 0 || snapshot.outbox_rows > 0 {
         violations.push(format!(
             "C8 {} pending orders and {} outbox rows {:?} after healing",
@@ -305,15 +364,25 @@ pub async fn run(
         violations,
         statuses,
         drained_in,
+        faults,
     })
 }
 
-async fn apply(proxy: &shopeasy_faults::FaultProxy, fault: Option<Fault>, slow_ms: u64) {
+/// Puts `fault` on `proxy`; `Ok(true)` when there was one to put.
+///
+/// # Errors
+/// When the proxy refuses the toxic (one of that name is still on it, or
+/// the proxy was stopped).
+async fn apply(
+    proxy: &shopeasy_faults::FaultProxy,
+    fault: Option<Fault>,
+    slow_ms: u64,
+) -> Result<bool, shopeasy_faults::Error> {
     let toxic = match fault {
-        None => return,
+        None => return Ok(false),
         Some(Fault::Down) => {
             proxy.set_enabled(false).await;
-            return;
+            return Ok(true);
         }
         Some(Fault::ResetDownstream) => {
             Toxic::new(ToxicKind::ResetPeer { timeout: 0 }, Stream::Downstream)
@@ -330,7 +399,8 @@ async fn apply(proxy: &shopeasy_faults::FaultProxy, fault: Option<Fault>, slow_m
             Stream::Downstream,
         ),
     };
-    let _ = proxy.add_toxic(toxic.named("chaos"));
+    proxy.add_toxic(toxic.named("chaos"))?;
+    Ok(true)
 }
 
 /// Removes the fault. A black hole ends with its connections closed: the
@@ -356,7 +426,9 @@ pub fn is_shed(op: &Op) -> bool {
 }
 
 /// A shed request made no order: every key whose answers were all
-/// refusals (or definite failures) names no order (C3 for shedding).
+/// refusals (or definite failures) names no order (C3 for shedding), but
+/// for C3's one exception: a key also answered 409 `out-of-stock` may keep
+/// its `rejected` order.
 fn shed_made_no_order(history: &History, snapshot: &Snapshot) -> Vec<String> {
     let mut keys: BTreeMap<(String, String), Vec<Op>> = BTreeMap::new();
     for op in history.ops() {
@@ -365,21 +437,23 @@ fn shed_made_no_order(history: &History, snapshot: &Snapshot) -> Vec<String> {
             .push(op);
     }
     keys.into_iter()
-        .filter(|(_, ops)| {
+        .filter_map(|(scoped, ops)| {
             // As C3: a reuse's 422 is about another body, not this key's.
             let relevant: Vec<&Op> = ops
                 .iter()
                 .filter(|op| op.intent != Intent::Reuse || op.outcome() != Outcome::Fail)
                 .collect();
-            relevant.iter().any(|op| is_shed(op))
+            let only_refused = relevant.iter().any(|op| is_shed(op))
                 && relevant
                     .iter()
-                    .all(|op| is_shed(op) || op.outcome() == Outcome::Fail)
-        })
-        .filter_map(|(scoped, _)| {
+                    .all(|op| is_shed(op) || op.outcome() == Outcome::Fail);
+            if !only_refused {
+                return None;
+            }
             let id = snapshot.keys.get(&scoped)?;
             let (_, status) = snapshot.orders.get(id)?;
-            (status != "rejected").then(|| {
+            let short = status == "rejected" && relevant.iter().any(|op| op.is_out_of_stock());
+            (!short).then(|| {
                 format!(
                     "shed: key {} of {} was only refused (503 overloaded / 429), \
                      yet order {id} is {status}",
@@ -573,9 +647,16 @@ mod tests {
             found[0].contains("k1") && found[1].contains("k2"),
             "{found:?}"
         );
-        // A rejected order holds nothing: not a violation.
+        // A rejected order is Inventory's "short": only a key also answered
+        // 409 out-of-stock may have made one.
         stored(&mut snapshot, "k1", "o1", "rejected");
-        assert_eq!(shed_made_no_order(&history, &snapshot).len(), 1);
+        assert_eq!(shed_made_no_order(&history, &snapshot).len(), 2);
+        history.record(op("k5", 503, "overloaded", Intent::Fresh));
+        history.record(op("k5", 409, "out-of-stock", Intent::Retry));
+        stored(&mut snapshot, "k5", "o5", "rejected");
+        assert_eq!(shed_made_no_order(&history, &snapshot).len(), 2);
+        stored(&mut snapshot, "k5", "o5", "confirmed");
+        assert_eq!(shed_made_no_order(&history, &snapshot).len(), 3);
         assert!(is_shed(&op("k", 429, "rate-limited", Intent::Fresh)));
         assert!(!is_shed(&op("k", 503, "bad-gateway", Intent::Fresh)));
     }

@@ -56,9 +56,16 @@ impl Op {
         match self.answer.status {
             Some(201 | 202) => Outcome::Ok,
             Some(400 | 404 | 413 | 415 | 422) => Outcome::Fail,
-            Some(409) if self.problem_type().contains("out-of-stock") => Outcome::Fail,
+            Some(409) if self.is_out_of_stock() => Outcome::Fail,
             _ => Outcome::Info,
         }
+    }
+
+    /// SPEC §3's out-of-stock answer: 409 with problem type `out-of-stock`.
+    /// The only definite failure after which the order service keeps an
+    /// order for the key (`rejected`: Inventory found the stock short).
+    pub fn is_out_of_stock(&self) -> bool {
+        self.answer.status == Some(409) && self.problem_type().ends_with(":out-of-stock")
     }
 
     /// The problem `type` of the answer ("" when there is none).

@@ -13,10 +13,12 @@
 //! key row may exist for a (customer, key) no client sent. Where the order
 //! service's documented choice differs from FAULTS.md's letter — an
 //! out-of-stock found by Inventory leaves a `rejected` order — C3 accepts
-//! a `rejected` order for a 409 key.
+//! a `rejected` order for a key answered 409 `out-of-stock`, and for no
+//! other definite failure.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use serde_json::Value;
 use sqlx::{PgPool, Row};
 
 use crate::history::{History, Intent, Op, Outcome};
@@ -239,7 +241,10 @@ pub fn check(
             ));
         }
         // C3: only definite failures (ignoring 422 reuses, which are about
-        // another body) → no live order.
+        // another body) → no order, but for the order service's documented
+        // choice: Inventory's out-of-stock keeps a `rejected` order, and its
+        // key is answered SPEC's 409 `out-of-stock`. Any other definite
+        // failure (400/404/413/415/422) was refused before an order existed.
         let relevant: Vec<&&Op> = ops
             .iter()
             .filter(|o| o.intent != Intent::Reuse || o.outcome() != Outcome::Fail)
@@ -248,10 +253,12 @@ pub fn check(
             !relevant.is_empty() && relevant.iter().all(|o| o.outcome() == Outcome::Fail);
         if definite
             && let (Some(id), Some(status)) = (stored, status)
-            && status != "rejected"
+            && !(status == "rejected" && relevant.iter().any(|o| o.is_out_of_stock()))
         {
+            let answers: Vec<Option<u16>> = relevant.iter().map(|o| o.answer.status).collect();
             v.push(format!(
-                "C3 key {key} of {customer}: only definite failures, yet order {id} is {status}"
+                "C3 key {key} of {customer}: only definite failures {answers:?}, \
+                 yet order {id} is {status}"
             ));
         }
         // C9: every OK answer of a key is its first one, stored: after the
@@ -284,13 +291,23 @@ pub fn check(
                 ));
             }
         }
-        // A reuse with another body never creates or replays an order once
-        // the key's own body has one (it is a 422, or 409 while in flight).
-        let key_has_order = oks.iter().any(|o| o.intent != Intent::Reuse);
-        for op in ops.iter().filter(|o| o.intent == Intent::Reuse) {
-            if key_has_order && op.outcome() == Outcome::Ok {
+        // A reuse with another body is never answered with an order of
+        // another body (SPEC §3: 422 `idempotency-key-reused`, or 409 while
+        // in flight). Judged by the order its OK names, not by what the
+        // client saw of the key: its first request's answer may have been
+        // lost (502, timeout) after the order was made. An OK to a reuse is
+        // right only for an order of the reuse's own body (made by it, the
+        // key being new to the service).
+        for op in ops
+            .iter()
+            .filter(|o| o.intent == Intent::Reuse && o.outcome() == Outcome::Ok)
+        {
+            let id = op.order_id();
+            let lines = id.as_ref().and_then(|id| snapshot.order_lines.get(id));
+            if lines != Some(&body_lines(&op.body)) {
                 v.push(format!(
-                    "C1 key {key} of {customer}: reused with another body and got {:?}",
+                    "C1 key {key} of {customer}: reused with another body and got {:?} \
+                     naming order {id:?} of lines {lines:?}",
                     op.answer.status
                 ));
             }
@@ -369,6 +386,20 @@ pub fn check(
         }
     }
     v
+}
+
+/// `product id → quantity` of a request body's `items`, as
+/// [`Snapshot::order_lines`] holds an order's.
+fn body_lines(body: &Value) -> BTreeMap<String, i64> {
+    let mut lines = BTreeMap::new();
+    for item in body["items"].as_array().into_iter().flatten() {
+        if let (Some(product), Some(quantity)) =
+            (item["product_id"].as_str(), item["quantity"].as_i64())
+        {
+            *lines.entry(product.to_owned()).or_default() += quantity;
+        }
+    }
+    lines
 }
 
 #[cfg(test)]
@@ -505,6 +536,78 @@ mod tests {
             found.contains("C9 key k of alice: a second answer (202) without"),
             "{found}"
         );
+    }
+
+    /// A definite failure: `status` with problem type `kind`.
+    fn refused(customer: &str, key: &str, status: u16, kind: &str) -> Op {
+        let mut op = op(customer, key, status, "");
+        op.answer.body = json!({"type": format!("urn:shopeasy:problem:{kind}")})
+            .to_string()
+            .into_bytes();
+        op
+    }
+
+    /// C3's exception is SPEC's out-of-stock answer alone: a key answered
+    /// 409 `out-of-stock` may keep a `rejected` order (Inventory found the
+    /// stock short); a key answered any other definite failure made no
+    /// order, `rejected` or not.
+    #[test]
+    fn only_an_out_of_stock_answer_may_leave_a_rejected_order() {
+        let (mut s, initial) = world(&[]);
+        s.orders
+            .insert("o1".to_owned(), ("alice".to_owned(), "rejected".to_owned()));
+        s.keys
+            .insert(("alice".to_owned(), "k".to_owned()), "o1".to_owned());
+        s.order_lines
+            .insert("o1".to_owned(), BTreeMap::from([(PRODUCT.to_owned(), 1)]));
+        let short = history(vec![refused("alice", "k", 409, "out-of-stock")]);
+        assert_eq!(violations(&short, &s, &initial), "");
+
+        for (status, kind) in [
+            (400, "malformed-json"),
+            (404, "unknown-product"),
+            (422, "validation"),
+        ] {
+            let h = history(vec![refused("alice", "k", status, kind)]);
+            let found = violations(&h, &s, &initial);
+            assert!(
+                found.contains("C3 key k of alice: only definite failures")
+                    && found.contains("yet order o1 is rejected"),
+                "{status} {kind}: {found}"
+            );
+        }
+    }
+
+    /// A reuse of a key with another body answered with the key's order is
+    /// caught although the client never saw an OK under the key (its first
+    /// request's answer was lost); a reuse that made the key's order itself
+    /// (the first request never reached the service) is right.
+    #[test]
+    fn a_reuse_answered_with_the_keys_order_is_caught_without_an_ok_for_it() {
+        let (s, initial) = world(&[("o1", "alice", "k")]);
+        let body =
+            |quantity: i64| json!({"items": [{"product_id": PRODUCT, "quantity": quantity}]});
+        let lost = |quantity| Op {
+            body: body(quantity),
+            ..op("alice", "k", 502, "")
+        };
+        let reuse = |quantity| Op {
+            intent: Intent::Reuse,
+            body: body(quantity),
+            ..op("alice", "k", 201, "o1")
+        };
+
+        // o1 holds one unit: the order of the first body, replayed.
+        let replayed = history(vec![lost(1), replay(reuse(11))]);
+        let found = violations(&replayed, &s, &initial);
+        assert!(
+            found.contains("C1 key k of alice: reused with another body"),
+            "{found}"
+        );
+
+        // o1 is the reuse's own order: the first body (5 units) made none.
+        let made = history(vec![lost(5), reuse(1)]);
+        assert_eq!(violations(&made, &s, &initial), "");
     }
 
     #[test]

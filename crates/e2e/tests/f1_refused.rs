@@ -107,7 +107,13 @@ async fn f1_gateway_product_get_is_retried_twice_then_502() {
 /// pending order is confirmed (C8) and reserved once (C7), new orders 201.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f1_order_inventory_refused_goes_pending_opens_the_breaker_and_recovers() {
-    let Some(f) = Fixture::start(|_| {}).await else {
+    let Some(f) = Fixture::start(|o| {
+        // The outbox worker leaves the deferred order alone for 1 s, so the
+        // retries counted right after the answer are the request's own.
+        o.order.outbox.initial_backoff_seconds = shopeasy_runtime::settings::Seconds::new(1.0);
+    })
+    .await
+    else {
         return;
     };
     let cached = f.seed_cached("F1-INV-CACHED", 10).await;
@@ -124,8 +130,12 @@ async fn f1_order_inventory_refused_goes_pending_opens_the_breaker_and_recovers(
     );
     assert!(pending.header("location").is_some());
     let pending_id = support::order_id(&pending);
-    assert!(
-        f.inventory_retries().await - retries >= 2.0,
+    // Whether the stock check was fresh (the reservation failed) or stale
+    // (the refresh failed, the reservation deferred), one call met the
+    // refusal: retried exactly twice.
+    assert_eq!(
+        f.inventory_retries().await - retries,
+        2.0,
         "A(3) while closed"
     );
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE order_id = $1")
@@ -143,9 +153,8 @@ async fn f1_order_inventory_refused_goes_pending_opens_the_breaker_and_recovers(
         let _ = f.order(&uncached, 1, Some(&key())).await;
         calls += 1;
     }
-    assert_eq!(
-        f.breaker_state("inventory").await,
-        "open",
+    assert!(
+        f.breaker_opened("inventory").await,
         "CB after {calls} more calls"
     );
     let fast = f.order(&uncached, 1, Some(&key())).await;

@@ -12,7 +12,7 @@ mod support;
 use std::time::Duration;
 
 use shopeasy_e2e::Service;
-use support::{Fixture, REDIS_EDGES, assert_problem, key};
+use support::{Fixture, REDIS_EDGES, assert_problem, key, redis_delete};
 
 /// Kill `order`, POST with a key (502: nothing listens), respawn: the
 /// keyed retry creates exactly one order (C1, C2); a GET over the gateway's
@@ -107,8 +107,11 @@ async fn f6_postgres_restart_pool_recovers() {
     f.cluster.stop().await;
 }
 
-/// Redis "restart" (proxies down then up): no errors while it is gone,
-/// the caches work again after.
+/// Redis restart (proxies down, the product's keys deleted as a restart
+/// without persistence loses them, proxies up): no errors while it is
+/// gone, none once it is back cold (FAULTS.md F6: "cache cold, no
+/// errors"); the product cache meets the cold entry (a miss) and hits
+/// again after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn f6_redis_restart_is_invisible() {
     let Some(f) = Fixture::start(|_| {}).await else {
@@ -120,6 +123,11 @@ async fn f6_redis_restart_is_invisible() {
     f.refuse(&REDIS_EDGES).await;
     assert_eq!(f.gateway.get(&path).await.status, Some(200));
     f.placed(&id, 1).await;
+    // Its keys (product's entry, order's stock) all end with its UUID, so
+    // no other test's are touched; nothing can write them back while the
+    // proxies are down.
+    let lost = redis_delete(&format!("*{id}")).await;
+    let misses = f.product_cache("miss").await;
     for edge in REDIS_EDGES {
         f.cluster.proxy(edge).await.set_enabled(true).await;
     }
@@ -127,5 +135,15 @@ async fn f6_redis_restart_is_invisible() {
         assert_eq!(f.gateway.get(&path).await.status, Some(200));
         f.placed(&id, 1).await;
     }
+    f.assert_product_cache_hits(
+        &path,
+        Duration::from_secs(10),
+        "the product cache fills again",
+    )
+    .await;
+    assert!(
+        f.product_cache("miss").await > misses,
+        "Redis came back cold (deleted {lost:?}), yet no product read missed"
+    );
     f.cluster.stop().await;
 }

@@ -21,6 +21,10 @@ pub const REDIS_EDGES: [&str; 2] = ["product-redis", "order-redis"];
 /// The customer the fixture's client is signed in as.
 pub const CUSTOMER: &str = "e2e";
 
+/// FAULTS.md's CB: a breaker opens after at least this many calls in its
+/// window (`minimum_calls`, as the fast settings leave it).
+pub const BREAKER_MINIMUM_CALLS: u64 = 5;
+
 /// A started cluster and the lock that keeps it alone in this binary.
 pub struct Fixture {
     pub cluster: Cluster,
@@ -194,18 +198,26 @@ impl Fixture {
             .to_owned()
     }
 
-    /// Asserts the breaker on `target` is open, or still short of its
-    /// threshold: every call failed, so closed means fewer than
-    /// `minimum_calls` (5) failures in the window. Returns whether it is
-    /// open.
+    /// Asserts the breaker on `target` opened neither late nor early:
+    /// closed, it is short of its threshold (every call failed, so fewer
+    /// than [`BREAKER_MINIMUM_CALLS`] failures in the window); open, its
+    /// window holds at least that many calls. (The window keeps the calls
+    /// it opened on: it is emptied only on closing, calls refused while
+    /// open are not counted, and a cell runs well inside its 30 s.)
+    /// Returns whether it is open.
     pub async fn breaker_opened(&self, target: &str) -> bool {
         let b = self.breaker(target).await;
+        let failures = b["failures_in_window"].as_u64().unwrap_or(0);
         if b["state"] == "open" {
+            let calls = failures + b["successes_in_window"].as_u64().unwrap_or(0);
+            assert!(
+                calls >= BREAKER_MINIMUM_CALLS,
+                "CB: open after {calls} calls, fewer than {BREAKER_MINIMUM_CALLS}: {b}"
+            );
             return true;
         }
-        let failures = b["failures_in_window"].as_u64().unwrap_or(0);
         assert!(
-            failures < 5,
+            failures < BREAKER_MINIMUM_CALLS,
             "CB: {failures} failed calls and still not open: {b}"
         );
         false

@@ -25,5 +25,7 @@ pub mod toxics;
 pub use cells::*;
 pub use fixture::{CUSTOMER, Fixture, REDIS_EDGES, key, order_body, order_id};
 pub use pg_tap::{PRODUCT_BY_ID_SQL, PgTap};
-pub use redis::{ConnectionLog, assert_redis_backoff, redis_keys, redis_reconnect_bound};
+pub use redis::{
+    ConnectionLog, assert_redis_backoff, redis_delete, redis_keys, redis_reconnect_bound,
+};
 pub use stats::seed_catalogue;

@@ -25,6 +25,33 @@ pub async fn redis_keys(pattern: &str) -> Option<Vec<String>> {
     Some(keys)
 }
 
+/// Deletes the keys of the test Redis matching `pattern` (straight to the
+/// server, no proxy): what a Redis restarted without persistence lost.
+/// Returns how many it deleted, or `None` when no test Redis is
+/// configured. The Redis is shared by every test process: name keys of
+/// this test only (its products' UUIDs).
+///
+/// # Panics
+/// When the test Redis does not answer within 5 s.
+pub async fn redis_delete(pattern: &str) -> Option<i64> {
+    let keys = redis_keys(pattern).await?;
+    if keys.is_empty() {
+        return Some(0);
+    }
+    let client = ::redis::Client::open(shopeasy_testkit::redis_url()?).expect("redis URL");
+    let deleted = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        ::redis::cmd("DEL")
+            .arg(&keys)
+            .query_async::<i64>(&mut conn)
+            .await
+    })
+    .await
+    .expect("redis answers within 5 s")
+    .expect("DEL");
+    Some(deleted)
+}
+
 /// When a proxy accepted each connection, sampled every 5 ms from its
 /// `connections()` counter (several in one tick share a time).
 pub struct ConnectionLog {
