@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{compose_specs, mutate, read, root};
+use common::{compose_specs, k8s_copy, mutate, read, root};
 use serde_json::Value as Json;
 use shopeasy_deploy_check::{
     Finding,
@@ -146,27 +146,8 @@ fn rendered(dir: &Path) -> Option<Vec<Json>> {
 /// Renders `variant` (`base`, `overlays/demo`) of a copy of the k8s/ tree
 /// with `file` changed (`from` → `to`), when a change is given.
 fn rendered_with(variant: &str, change: Option<(&str, &str, &str)>) -> Option<Vec<Json>> {
-    let dir = tempfile::tempdir().expect("tempdir");
-    copy_tree(&root().join("k8s"), dir.path());
-    if let Some((file, from, to)) = change {
-        let target = dir.path().join(file);
-        let text = std::fs::read_to_string(&target).expect("read");
-        std::fs::write(&target, mutate(&text, from, to)).expect("write");
-    }
+    let dir = k8s_copy(change);
     rendered(&dir.path().join(variant))
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read_dir") {
-        let path = entry.expect("entry").path();
-        let target = to.join(path.file_name().expect("name"));
-        if path.is_dir() {
-            copy_tree(&path, &target);
-        } else {
-            std::fs::copy(&path, &target).expect("copy");
-        }
-    }
 }
 
 /// Every check of this file on one variant.

@@ -5,9 +5,7 @@
 
 mod common;
 
-use std::path::Path;
-
-use common::{compose_specs, mutate, read, root, specs};
+use common::{compose_specs, k8s_copy, mutate, read, root, specs};
 use shopeasy_deploy_check::{
     Finding,
     catalogue::defaults_of,
@@ -755,27 +753,8 @@ fn egress_to_a_store_a_service_does_not_use_is_caught() {
 /// patches or generators, which no NetworkPolicy depends on), from a copy of
 /// k8s/ with `file` changed (`from` → `to`) when a change is given.
 fn demo_objects(change: Option<(&str, &str, &str)>) -> Vec<serde_json::Value> {
-    let dir = tempfile::tempdir().expect("tempdir");
-    copy_tree(&root().join("k8s"), dir.path());
-    if let Some((file, from, to)) = change {
-        let target = dir.path().join(file);
-        let text = std::fs::read_to_string(&target).expect("read");
-        std::fs::write(&target, mutate(&text, from, to)).expect("write");
-    }
+    let dir = k8s_copy(change);
     kube::load_kustomization(&dir.path().join("overlays/demo")).expect("demo overlay loads")
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read_dir") {
-        let path = entry.expect("entry").path();
-        let target = to.join(path.file_name().expect("name"));
-        if path.is_dir() {
-            copy_tree(&path, &target);
-        } else {
-            std::fs::copy(&path, &target).expect("copy");
-        }
-    }
 }
 
 /// What the NetworkPolicy checks find in `objects`.

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{mutate, root, specs};
+use common::{k8s_copy, root, specs};
 use serde_json::Value as Json;
 use shopeasy_deploy_check::{kube, policy, report};
 
@@ -25,25 +25,8 @@ fn rendered(dir: &Path) -> Option<Vec<Json>> {
 
 /// Renders a copy of the whole k8s/ tree with one file changed.
 fn rendered_with(file: &str, from: &str, to: &str) -> Option<Vec<Json>> {
-    let dir = tempfile::tempdir().expect("tempdir");
-    copy_tree(&root().join("k8s"), dir.path());
-    let target = dir.path().join(file);
-    let text = std::fs::read_to_string(&target).expect("read");
-    std::fs::write(&target, mutate(&text, from, to)).expect("write");
+    let dir = k8s_copy(Some((file, from, to)));
     rendered(&dir.path().join("overlays/demo"))
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read_dir") {
-        let path = entry.expect("entry").path();
-        let target = to.join(path.file_name().expect("name"));
-        if path.is_dir() {
-            copy_tree(&path, &target);
-        } else {
-            std::fs::copy(&path, &target).expect("copy");
-        }
-    }
 }
 
 fn workloads(objects: &[Json]) -> usize {

@@ -12,7 +12,29 @@ use serde_json::{Value, json};
 use shopeasy_faults::{
     Proxies, Stream, Toxic, ToxicKind, ToxicWindow, WindowEnd, api, windows::DISABLED,
 };
-use support::{Api, echo};
+use support::{Api, Upstream, echo};
+
+/// Proxy `order-inventory` of `proxies`, to `upstream`.
+async fn order_inventory(proxies: &Proxies, upstream: &Upstream) -> shopeasy_faults::FaultProxy {
+    proxies
+        .create(shopeasy_faults::ProxyConfig::new(
+            "order-inventory",
+            upstream.addr.to_string(),
+        ))
+        .await
+        .unwrap()
+}
+
+/// The windows of `order-inventory` still open.
+fn open_windows(proxies: &Proxies) -> Vec<ToxicWindow> {
+    proxies
+        .windows("order-inventory", None)
+        .unwrap()
+        .windows
+        .into_iter()
+        .filter(|w| w.ended_by.is_none())
+        .collect()
+}
 
 async fn start_api() -> Api {
     support::start_api(Proxies::with_seed(7)).await
@@ -352,13 +374,7 @@ async fn the_history_keeps_the_last_thousand_windows_and_counts_the_rest() {
 async fn a_restarted_proxy_continues_its_open_windows() {
     let proxies = Proxies::with_seed(3);
     let upstream = echo().await;
-    let edge = proxies
-        .create(shopeasy_faults::ProxyConfig::new(
-            "order-inventory",
-            upstream.addr.to_string(),
-        ))
-        .await
-        .unwrap();
+    let edge = order_inventory(&proxies, &upstream).await;
     edge.add_toxic(Toxic::new(
         ToxicKind::Timeout { timeout: 0 },
         Stream::Downstream,
@@ -409,13 +425,7 @@ async fn a_restarted_proxy_continues_its_open_windows() {
 async fn a_stale_handle_cannot_change_the_toxics_of_a_restarted_or_removed_proxy() {
     let proxies = Proxies::with_seed(5);
     let upstream = echo().await;
-    let old = proxies
-        .create(shopeasy_faults::ProxyConfig::new(
-            "order-inventory",
-            upstream.addr.to_string(),
-        ))
-        .await
-        .unwrap();
+    let old = order_inventory(&proxies, &upstream).await;
     let slow = Toxic::new(
         ToxicKind::Latency {
             latency: 1,
@@ -456,12 +466,8 @@ async fn a_stale_handle_cannot_change_the_toxics_of_a_restarted_or_removed_proxy
         std::slice::from_ref(&slow),
         "the toxic goes on"
     );
-    let open: Vec<String> = proxies
-        .windows("order-inventory", None)
-        .unwrap()
-        .windows
+    let open: Vec<String> = open_windows(&proxies)
         .into_iter()
-        .filter(|w| w.ended_by.is_none())
         .map(|w| w.toxic)
         .collect();
     assert_eq!(open, ["slow"], "its window too, and no other opened");
@@ -488,13 +494,7 @@ async fn a_stale_handle_cannot_change_the_toxics_of_a_restarted_or_removed_proxy
 async fn a_stale_handle_cannot_enable_or_disable_a_restarted_proxy() {
     let proxies = Proxies::with_seed(6);
     let upstream = echo().await;
-    let old = proxies
-        .create(shopeasy_faults::ProxyConfig::new(
-            "order-inventory",
-            upstream.addr.to_string(),
-        ))
-        .await
-        .unwrap();
+    let old = order_inventory(&proxies, &upstream).await;
     let other = echo().await;
     let restarted = proxies
         .update(
@@ -530,13 +530,6 @@ async fn a_stale_handle_cannot_enable_or_disable_a_restarted_proxy() {
         Err(shopeasy_faults::Error::ProxyNotFound)
     ));
     assert!(!restarted.enabled());
-    let open: Vec<String> = proxies
-        .windows("order-inventory", None)
-        .unwrap()
-        .windows
-        .into_iter()
-        .filter(|w| w.ended_by.is_none())
-        .map(|w| w.kind)
-        .collect();
+    let open: Vec<String> = open_windows(&proxies).into_iter().map(|w| w.kind).collect();
     assert_eq!(open, [DISABLED], "the edge is down, its window open");
 }

@@ -54,3 +54,30 @@ pub fn mutate(text: &str, from: &str, to: &str) -> String {
     assert!(text.contains(from), "mutation target {from:?} not found");
     text.replacen(from, to, 1)
 }
+
+/// A copy of the repository's k8s/ tree, with `file` (relative to k8s/)
+/// changed `from` → `to` when a change is given: what a mutation test
+/// renders or loads instead of the real manifests.
+pub fn k8s_copy(change: Option<(&str, &str, &str)>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    copy_tree(&root().join("k8s"), dir.path());
+    if let Some((file, from, to)) = change {
+        let target = dir.path().join(file);
+        let text = std::fs::read_to_string(&target).expect("read");
+        std::fs::write(&target, mutate(&text, from, to)).expect("write");
+    }
+    dir
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let path = entry.expect("entry").path();
+        let target = to.join(path.file_name().expect("name"));
+        if path.is_dir() {
+            copy_tree(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).expect("copy");
+        }
+    }
+}
