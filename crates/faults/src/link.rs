@@ -485,9 +485,9 @@ impl Pump {
     }
 
     /// Writes what `dst` takes of `piece` now, unless the toxic set changes
-    /// first or the connection must close, as [`Pump::wait_until`] does:
-    /// a reader that does not read leaves the write waiting in the kernel
-    /// for as long as it likes, and a toxic added meanwhile (`reset_peer`,
+    /// first or the connection must close ([`Pump::interruptible`]): a
+    /// reader that does not read leaves the write waiting in the kernel for
+    /// as long as it likes, and a toxic added meanwhile (`reset_peer`,
     /// `timeout`) must not wait for it. A write cut short wrote nothing
     /// (`write` is cancel safe), so the piece is simply offered again.
     async fn write_some(
@@ -495,6 +495,22 @@ impl Pump {
         piece: &[u8],
         dst: &mut WriteHalf<'_>,
     ) -> Result<io::Result<usize>, Interrupt> {
+        self.interruptible(dst.write(piece)).await
+    }
+
+    /// Sleeps until `deadline` ([`Pump::interruptible`]). A deadline
+    /// already past returns at once.
+    async fn wait_until(&mut self, deadline: Instant) -> Result<(), Interrupt> {
+        if deadline <= Instant::now() {
+            return Ok(());
+        }
+        self.interruptible(sleep_until(deadline)).await
+    }
+
+    /// Runs `work` unless the toxic set changes first (the effects are
+    /// refreshed and the caller decides again) or the connection must
+    /// close: `timeout`'s clock ran out, or the proxy is gone.
+    async fn interruptible<T>(&mut self, work: impl Future<Output = T>) -> Result<T, Interrupt> {
         let close_at = self.effects.close_at;
         tokio::select! {
             biased;
@@ -508,32 +524,7 @@ impl Pump {
             () = sleep_until(close_at.unwrap_or_else(Instant::now)), if close_at.is_some() => {
                 Err(Interrupt::Close)
             }
-            written = dst.write(piece) => Ok(written),
-        }
-    }
-
-    /// Sleeps until `deadline`, unless the toxic set changes first (the
-    /// effects are refreshed and the caller decides again) or the
-    /// connection must close: `timeout`'s clock ran out, or the proxy is
-    /// gone. A deadline already past returns at once.
-    async fn wait_until(&mut self, deadline: Instant) -> Result<(), Interrupt> {
-        if deadline <= Instant::now() {
-            return Ok(());
-        }
-        let close_at = self.effects.close_at;
-        tokio::select! {
-            biased;
-            changed = self.toxics.changed() => {
-                if changed.is_err() {
-                    return Err(Interrupt::Close); // the proxy is gone
-                }
-                self.refresh();
-                Err(Interrupt::Changed)
-            }
-            () = sleep_until(close_at.unwrap_or(deadline)), if close_at.is_some() => {
-                Err(Interrupt::Close)
-            }
-            () = sleep_until(deadline) => Ok(()),
+            done = work => Ok(done),
         }
     }
 
