@@ -100,7 +100,7 @@ pub struct Observer {
 struct BreakerMemory {
     history: VecDeque<StatePoint>,
     trials: VecDeque<Trial>,
-    opened: f64,
+    half_opened: f64,
     closed: f64,
 }
 
@@ -186,23 +186,22 @@ impl Observer {
             let name = format!("{}/{target}", service.name);
             let state = raw["state"].as_str().unwrap_or("unknown").to_owned();
             let memory = self.breakers.entry(name.clone()).or_default();
-            let opened = raw["transitions"]["open"].as_f64().unwrap_or(0.0);
+            let half_opened = raw["transitions"]["half_open"].as_f64().unwrap_or(0.0);
             let closed = raw["transitions"]["closed"].as_f64().unwrap_or(0.0);
             if let Some(previous) = memory.history.back().map(|p| p.state.clone()) {
-                // Each close ends a successful trial; each open but the one
-                // from `closed` ends a failed one.
-                let new_closes = growth(closed, memory.closed);
-                let mut new_opens = growth(opened, memory.opened);
-                if previous == "closed" && new_opens > 0 {
-                    new_opens -= 1;
-                }
-                for ok in std::iter::repeat_n(false, new_opens)
-                    .chain(std::iter::repeat_n(true, new_closes))
+                let (failed, succeeded) = trials_ended(
+                    growth(half_opened, memory.half_opened),
+                    growth(closed, memory.closed),
+                    previous == "half_open",
+                    state == "half_open",
+                );
+                for ok in
+                    std::iter::repeat_n(false, failed).chain(std::iter::repeat_n(true, succeeded))
                 {
                     push_bounded(&mut memory.trials, Trial { at_unix_ms: at, ok }, TRIALS);
                 }
             }
-            memory.opened = opened;
+            memory.half_opened = half_opened;
             memory.closed = closed;
             if memory.history.back().is_none_or(|p| p.state != state) {
                 push_bounded(
@@ -240,6 +239,23 @@ impl Observer {
             });
         }
     }
+}
+
+/// The trials that ended between two rounds, as (failed, succeeded), from
+/// the transitions counted meanwhile. Every trial begins with a move to
+/// `half_open` and only a trial's success moves to `closed`, so the trials
+/// that ended are those begun, plus one under way at the last round, less
+/// one under way now; those that did not close failed. Counting opens
+/// instead read a trip out of `closed` as a failed trial whenever a
+/// half-open → closed → open passed inside one round.
+fn trials_ended(
+    half_opens: usize,
+    closes: usize,
+    was_half_open: bool,
+    is_half_open: bool,
+) -> (usize, usize) {
+    let ended = (half_opens + usize::from(was_half_open)).saturating_sub(usize::from(is_half_open));
+    (ended.saturating_sub(closes), closes)
 }
 
 /// How many times a transition count grew since the last round, at most
@@ -484,7 +500,10 @@ mod tests {
             "failures_in_window": 3,
             "successes_in_window": 1,
             "open_remaining_seconds": if state == "open" { json!(1.5) } else { Value::Null },
-            "transitions": {"open": opened, "closed": closed, "half_open": 0},
+            // A consistent breaker's count: every open but a standing
+            // trip out of `closed` came after a trial, and so did a close.
+            "transitions": {"open": opened, "closed": closed,
+                "half_open": opened.saturating_sub(u64::from(state == "open"))},
             "config": {"failure_ratio": 0.5, "minimum_throughput": 5, "break_duration_seconds": 2.0},
         })
     }
@@ -576,6 +595,24 @@ mod tests {
         assert_eq!(b.failure_ratio, Some(0.75));
         assert_eq!(b.threshold, Some(0.5));
         assert_eq!(b.refused_fast, Some(4.0));
+    }
+
+    /// Half-open → closed → open inside one round is one good trial and a
+    /// trip: the trip is no failed trial (counting opens read it as one).
+    #[test]
+    fn a_trial_and_a_trip_inside_one_round_read_as_one_good_trial() {
+        let mut o = Observer::new();
+        o.observe(&readings(1_000, order("half_open", 1, 0, 0, 0)));
+        let s = o.observe(&readings(1_500, order("open", 2, 1, 0, 0)));
+        let trials: Vec<bool> = s.breakers[0].trials.iter().map(|t| t.ok).collect();
+        assert_eq!(trials, [true]);
+        // Two failed trials inside the next round.
+        let s = o.observe(&readings(2_000, order("open", 4, 1, 0, 0)));
+        let trials: Vec<bool> = s.breakers[0].trials.iter().map(|t| t.ok).collect();
+        assert_eq!(trials, [true, false, false]);
+        // One under way at the round's end is not counted until it ends.
+        let s = o.observe(&readings(2_500, order("half_open", 4, 1, 0, 0)));
+        assert_eq!(s.breakers[0].trials.len(), 3);
     }
 
     #[test]
