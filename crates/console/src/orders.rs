@@ -218,33 +218,35 @@ async fn read_order(
     mut session: Session,
 ) -> (Option<Session>, Option<String>) {
     let url = format!("{gateway}/api/orders/{id}");
-    let mut renewed = false;
-    if session.due() {
-        match sign_in(http, gateway, &session.customer).await {
-            Ok(fresh) => {
-                session = fresh;
-                renewed = true;
-            }
-            // The old token may still be good for a while: read with it.
-            Err(e) => tracing::debug!(error = %e, "cannot renew a followed order's sign-in"),
-        }
-    }
+    let mut renewed = session.due() && renew(http, gateway, &mut session).await;
     let mut answer = send(http.get(&url).bearer_auth(&session.token)).await;
-    if !renewed && matches!(answer, Ok((StatusCode::UNAUTHORIZED, _))) {
-        match sign_in(http, gateway, &session.customer).await {
-            Ok(fresh) => {
-                session = fresh;
-                renewed = true;
-                answer = send(http.get(&url).bearer_auth(&session.token)).await;
-            }
-            Err(e) => tracing::debug!(error = %e, "cannot renew a followed order's sign-in"),
-        }
+    if !renewed
+        && matches!(answer, Ok((StatusCode::UNAUTHORIZED, _)))
+        && renew(http, gateway, &mut session).await
+    {
+        renewed = true;
+        answer = send(http.get(&url).bearer_auth(&session.token)).await;
     }
     let status = match answer {
         Ok((status, order)) if status.is_success() => order["status"].as_str().map(str::to_owned),
         _ => None,
     };
     (renewed.then_some(session), status)
+}
+
+/// Signs `session`'s customer in again; whether that worked (if not, the
+/// read goes on with the old token, which may still be good a while).
+async fn renew(http: &reqwest::Client, gateway: &str, session: &mut Session) -> bool {
+    match sign_in(http, gateway, &session.customer).await {
+        Ok(fresh) => {
+            *session = fresh;
+            true
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot renew a followed order's sign-in");
+            false
+        }
+    }
 }
 
 /// Sends `request`: the answer's status and JSON body (`null` if it has

@@ -25,6 +25,21 @@ async fn order_inventory(proxies: &Proxies, upstream: &Upstream) -> shopeasy_fau
         .unwrap()
 }
 
+/// Restarts `order-inventory` of `proxies` towards `upstream` (a new
+/// upstream is a restart); the handle of the proxy that replaced it.
+async fn restart(proxies: &Proxies, upstream: &Upstream) -> shopeasy_faults::FaultProxy {
+    proxies
+        .update(
+            "order-inventory",
+            shopeasy_faults::ProxyUpdate {
+                upstream: Some(upstream.addr.to_string()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+}
+
 /// The windows of `order-inventory` still open.
 fn open_windows(proxies: &Proxies) -> Vec<ToxicWindow> {
     proxies
@@ -436,16 +451,7 @@ async fn a_stale_handle_cannot_change_the_toxics_of_a_restarted_or_removed_proxy
     .named("slow");
     old.add_toxic(slow.clone()).unwrap();
     let other = echo().await;
-    let restarted = proxies
-        .update(
-            "order-inventory",
-            shopeasy_faults::ProxyUpdate {
-                upstream: Some(other.addr.to_string()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let restarted = restart(&proxies, &other).await;
 
     let hang = Toxic::new(ToxicKind::Timeout { timeout: 0 }, Stream::Upstream).named("hang");
     assert!(matches!(
@@ -496,16 +502,7 @@ async fn a_stale_handle_cannot_enable_or_disable_a_restarted_proxy() {
     let upstream = echo().await;
     let old = order_inventory(&proxies, &upstream).await;
     let other = echo().await;
-    let restarted = proxies
-        .update(
-            "order-inventory",
-            shopeasy_faults::ProxyUpdate {
-                upstream: Some(other.addr.to_string()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let restarted = restart(&proxies, &other).await;
 
     assert!(matches!(
         old.try_set_enabled(false).await,
