@@ -247,7 +247,10 @@ impl Observer {
 /// that ended are those begun, plus one under way at the last round, less
 /// one under way now; those that did not close failed. Counting opens
 /// instead read a trip out of `closed` as a failed trial whenever a
-/// half-open → closed → open passed inside one round.
+/// half-open → closed → open passed inside one round. Exact because the
+/// breaker reports its state and its counts from one moment (read under
+/// its lock); the order of several trials inside one round is not known,
+/// and the failed ones are listed first.
 fn trials_ended(
     half_opens: usize,
     closes: usize,

@@ -82,7 +82,8 @@ pub enum FetchError {
     /// An attempt ran past its timeout, or the refresh past its deadline.
     #[error("the JWKS request timed out")]
     Timeout,
-    /// The provider answered with a status other than 200.
+    /// The provider answered with a status other than 200 (a redirect
+    /// included: it is not followed).
     #[error("the JWKS answered HTTP {0}")]
     Status(u16),
     /// The document is over [`MAX_JWKS_BYTES`].
@@ -162,8 +163,13 @@ impl JwksCache {
     /// # Errors
     /// When the HTTP client cannot be built (its TLS roots, say).
     pub fn new(config: JwksConfig) -> Result<Self, reqwest::Error> {
+        // No redirects: the keys come from the URL configured, nowhere
+        // else. A redirect followed could move the fetch to plain HTTP or to
+        // a host nobody chose; a 3xx is a refresh that failed (not retried:
+        // it answers the same next time) and the cached keys stay.
         let client = reqwest::Client::builder()
             .connect_timeout(config.fetch_timeout)
+            .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("shopeasy-identity/", env!("CARGO_PKG_VERSION")))
             .build()?;
         // Retries of the JWKS fetch come from a budget of their own: a quiet

@@ -6,7 +6,15 @@
 
 mod support;
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use axum::{Router, response::Redirect, routing::get};
 
 use shopeasy_faults::{FaultProxy, Stream, Toxic, ToxicKind};
 use shopeasy_identity::{AuthError, FetchError, Verifier};
@@ -135,6 +143,37 @@ async fn a_failing_provider_is_retried_with_backoff() {
         .await
         .expect("the third attempt succeeds");
     assert_eq!(provider.requests(), 3, "two 503s, then the keys");
+}
+
+/// A provider that redirects is not followed: the keys come from the URL
+/// configured, not from wherever a 3xx points (plain HTTP, another host).
+/// The refresh fails with the 3xx, is not retried, and the real provider
+/// behind the redirect is never asked.
+#[tokio::test]
+async fn a_redirect_is_not_followed() {
+    let (provider, addr) = Provider::start(&[&key(1)]).await;
+    let target = format!("http://{addr}/jwks.json");
+    let redirects = Arc::new(AtomicU64::new(0));
+    let counted = redirects.clone();
+    let redirector = support::serve(Router::new().route(
+        "/jwks.json",
+        get(move || {
+            counted.fetch_add(1, Ordering::Relaxed);
+            let target = target.clone();
+            async move { Redirect::temporary(&target) }
+        }),
+    ))
+    .await;
+    let v = Verifier::from_settings(&settings(format!("http://{redirector}/jwks.json")))
+        .expect("verifier");
+    let cache = v.jwks().expect("a JWKS").clone();
+    assert_eq!(cache.refresh().await.err(), Some(FetchError::Status(307)));
+    assert_eq!(
+        (redirects.load(Ordering::Relaxed), provider.requests()),
+        (1, 0),
+        "one attempt, not retried, and the redirect's target never asked"
+    );
+    assert!(cache.snapshot().keys.is_empty(), "no keys came");
 }
 
 #[tokio::test]

@@ -367,6 +367,12 @@ impl BreakerHandle {
     }
 
     /// Live state for `/admin/resilience`.
+    ///
+    /// The state and the transition counts are read under the machine's
+    /// lock, which every transition holds while it moves both: a reader
+    /// (the console counts trials from them) never sees a state that its
+    /// counts do not lead to. Read after the lock, a transition between
+    /// the two reads made them disagree by one.
     pub fn snapshot(&self) -> serde_json::Value {
         let s = &self.shared;
         let now = Instant::now();
@@ -374,6 +380,10 @@ impl BreakerHandle {
         let config = *m.config();
         let open_for = m.open_until().map(|u| u.saturating_duration_since(now));
         let state = m.state();
+        let [closed, open, half_open] = s
+            .transitions
+            .each_ref()
+            .map(|count| count.load(Ordering::Relaxed));
         drop(m);
         serde_json::json!({
             "state": state.as_str(),
@@ -381,9 +391,9 @@ impl BreakerHandle {
             "successes_in_window": s.successes.sum(now),
             "open_remaining_seconds": open_for.map(|d| d.as_secs_f64()),
             "transitions": {
-                "closed": s.transitions[0].load(Ordering::Relaxed),
-                "open": s.transitions[1].load(Ordering::Relaxed),
-                "half_open": s.transitions[2].load(Ordering::Relaxed),
+                "closed": closed,
+                "open": open,
+                "half_open": half_open,
             },
             "config": {
                 "failure_ratio": config.failure_ratio,

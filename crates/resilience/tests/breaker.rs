@@ -124,6 +124,66 @@ async fn opens_at_three_failures_of_six_but_not_at_four_of_four() {
     assert_eq!(b.snapshot()["failures_in_window"], 1);
 }
 
+/// A snapshot's state and transition counts agree, however fast the
+/// breaker moves: every episode starts with a trip out of `closed`, every
+/// trial with a move to `half_open`, and a trial ends in `closed` or
+/// `open`, so the half-open count equals the open count less one while
+/// open. The console counts trials from exactly that; the counts were read
+/// after the lock, and a transition in between tore the two apart.
+#[test]
+fn a_snapshot_never_tears_state_from_its_transition_counts() {
+    let b = BreakerHandle::new(
+        "torn",
+        BreakerConfig {
+            minimum_throughput: 1,
+            break_duration: Duration::ZERO,
+            ..config()
+        },
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let driver = {
+        let (b, stop) = (b.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0_u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                // Closed: a failure trips it; open with no break: the next
+                // caller is the trial, which fails every third time.
+                if let Ok(permit) = b.try_acquire() {
+                    let outcome = if permit.is_trial() && !n.is_multiple_of(3) {
+                        Outcome::Success
+                    } else {
+                        Outcome::Failure
+                    };
+                    permit.record(outcome);
+                }
+            }
+        })
+    };
+    let mut seen = std::collections::HashSet::new();
+    let started = Instant::now();
+    let mut reads = 0;
+    // At least 200,000 reads, and on until every state was read (bounded:
+    // a busy machine may starve the driver for a while).
+    while reads < 200_000 || (seen.len() < 3 && started.elapsed() < Duration::from_secs(20)) {
+        reads += 1;
+        let snap = b.snapshot();
+        let count = |state: &str| snap["transitions"][state].as_u64().expect("a count");
+        let state = snap["state"].as_str().expect("a state").to_owned();
+        let expected = count("open") - u64::from(state == "open");
+        assert_eq!(
+            count("half_open"),
+            expected,
+            "a {state} breaker with counts {}",
+            snap["transitions"]
+        );
+        seen.insert(state);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    driver.join().expect("driver");
+    assert_eq!(seen.len(), 3, "every state was read: {seen:?}");
+}
+
 async fn open(handle: &BreakerHandle) {
     record(handle, &[true; 5]);
     assert_eq!(handle.state(), State::Open);
