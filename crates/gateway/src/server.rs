@@ -35,10 +35,7 @@
 use std::{sync::Arc, time::Duration};
 
 use hyper::{body::Incoming, server::conn::http1, service::service_fn};
-use hyper_util::{
-    rt::{TokioIo, TokioTimer},
-    server::graceful::GracefulShutdown,
-};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use shopeasy_runtime::lifecycle;
 use tokio::{net::TcpListener, sync::Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -106,7 +103,7 @@ pub(crate) async fn serve(
     shutdown: CancellationToken,
     drain: Duration,
 ) {
-    let graceful = GracefulShutdown::new();
+    let mut connections = lifecycle::Connections::new();
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(listening.header_timeout)
@@ -145,17 +142,20 @@ pub(crate) async fn serve(
             WriteStall::new(stream, listening.write_stall),
             framing,
         ));
-        let conn = graceful.watch(http.serve_connection(io, service));
         open.increment(1.0);
-        let open = open.clone();
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "client connection ended with an error");
-            }
-            open.decrement(1.0);
-            drop(slot);
-        });
+        let counted = OpenConnection(open.clone());
+        connections.serve(http.serve_connection(io, service), (slot, counted));
     }
     drop(listener);
-    lifecycle::drain_connections(graceful, drain).await;
+    connections.drain(drain).await;
+}
+
+/// One count in the open-connections gauge, taken back when the connection
+/// ends, however it ends (closed, drained, or dropped with the server).
+struct OpenConnection(metrics::Gauge);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
 }

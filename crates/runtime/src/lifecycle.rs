@@ -27,14 +27,15 @@ use std::{future::Future, io, net::SocketAddr, time::Duration};
 
 use anyhow::Context as _;
 use axum::Router;
+use hyper::server::conn::http1;
 use hyper_util::{
-    rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::{conn::auto, graceful::GracefulShutdown},
+    rt::{TokioIo, TokioTimer},
+    server::graceful::{GracefulConnection, GracefulShutdown},
     service::TowerToHyperService,
 };
 use tokio::{
     net::{TcpListener, TcpSocket, TcpStream},
-    task::JoinHandle,
+    task::{JoinHandle, JoinSet},
 };
 use tokio_util::sync::CancellationToken;
 
@@ -214,20 +215,29 @@ pub async fn serve_admitted(
 }
 
 /// How long a client may take to send a request's head on every listener
-/// [`serve`] and [`serve_admitted`] run: hyper's own default, which takes
-/// effect only with a timer. `axum::serve` sets none, so a head trickled a
-/// byte at a time held its connection, task and buffer for ever (measured:
-/// a byte every 5 s kept a connection to product's listener open past
-/// 150 s). The gateway, the public edge, sets its own from its activity
-/// timeout. A constant rather than a setting: behind the gateway this is a
-/// backstop, not a tuning knob.
+/// [`serve`] and [`serve_admitted`] run, and how long a connection may sit
+/// idle before its first request or between two: hyper's own default,
+/// which takes effect only with a timer. `axum::serve` sets none, so a head
+/// trickled a byte at a time held its connection, task and buffer for ever
+/// (measured: a byte every 5 s kept a connection to product's listener open
+/// past 150 s). The gateway, the public edge, sets its own from its
+/// activity timeout. A constant rather than a setting: behind the gateway
+/// this is a backstop, not a tuning knob.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The one HTTP server of every listener but the gateway's public one, with
-/// or without admission: HTTP/1.1 and HTTP/2 as `axum::serve` serves them,
-/// plus a header read timeout ([`HEADER_READ_TIMEOUT`]; a parameter so
-/// its test need not wait 30 s). On `shutdown` it stops accepting and lets
-/// open connections finish for at most `drain`.
+/// or without admission: HTTP/1.1 with a header read timeout
+/// ([`HEADER_READ_TIMEOUT`]; a parameter so its test need not wait 30 s).
+/// On `shutdown` it stops accepting and lets open connections finish for
+/// at most `drain`.
+///
+/// HTTP/1.1 only: every caller of these listeners (the gateway's pool,
+/// Prometheus, browsers on plain HTTP, the tests) speaks it, and hyper's
+/// HTTP/1 timer covers a connection from its first byte. Served as
+/// `axum::serve` serves (hyper-util's `auto`, which also speaks HTTP/2), a
+/// connection that sent nothing, part of the HTTP/2 preface, or the whole
+/// preface and then nothing was held for ever: the version sniff and
+/// HTTP/2 have no timer.
 async fn serve_http(
     listener: TcpListener,
     router: Router,
@@ -240,27 +250,20 @@ async fn serve_http(
         Some(a) => router.layer(AdmissionLayer::new(a, OverloadedProblem)),
         None => router,
     };
-    let mut http = auto::Builder::new(TokioExecutor::new());
-    http.http1()
-        .timer(TokioTimer::new())
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
         .header_read_timeout(header_timeout);
-    let graceful = GracefulShutdown::new();
+    let mut connections = Connections::new();
     loop {
         let stream = tokio::select! {
             (stream, _) = accept(&listener) => stream,
             () = shutdown.cancelled() => break,
         };
         let service = TowerToHyperService::new(router.clone());
-        let connection = http.serve_connection_with_upgrades(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection.into_owned());
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
-        });
+        connections.serve(http.serve_connection(TokioIo::new(stream), service), ());
     }
     drop(listener);
-    drain_connections(graceful, drain).await;
+    connections.drain(drain).await;
     Ok(())
 }
 
@@ -280,18 +283,74 @@ pub async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
     }
 }
 
-/// The end of every accept loop (this module's and the gateway's): lets the
-/// connections `graceful` watches finish for at most `drain`, then leaves
-/// the rest to be dropped.
-pub async fn drain_connections(graceful: GracefulShutdown, drain: Duration) {
-    if tokio::time::timeout(drain, graceful.shutdown())
-        .await
-        .is_err()
+/// The open connections of one accept loop (this module's and the
+/// gateway's), each served on a task of its own, and their drain.
+///
+/// The tasks belong to this set rather than being detached, so that a
+/// connection ends with its server: at the drain's end those still open are
+/// dropped, and a server dropped mid-flight (a service aborted, as SIGKILL
+/// would end it) drops them all at once. Detached, they outlived both: a
+/// request still running when the drain timed out was answered whenever it
+/// finished, and an aborted service drained gracefully and answered every
+/// request it held.
+#[derive(Debug)]
+pub struct Connections {
+    graceful: GracefulShutdown,
+    tasks: JoinSet<()>,
+}
+
+impl Default for Connections {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Connections {
+    /// No connections yet.
+    pub fn new() -> Self {
+        Self {
+            graceful: GracefulShutdown::new(),
+            tasks: JoinSet::new(),
+        }
+    }
+
+    /// Serves `connection` on a task of its own until it ends, is drained,
+    /// or this set is dropped; `held` (a connection slot, a gauge's guard)
+    /// is dropped with it, whichever way it ends.
+    pub fn serve<C>(&mut self, connection: C, held: impl Send + 'static)
+    where
+        C: GracefulConnection + Send + 'static,
+        C::Error: std::fmt::Display + Send,
     {
-        tracing::warn!(
-            ?drain,
-            "drain timeout passed; dropping remaining connections"
-        );
+        // Reap the tasks that ended, so the set holds only open connections.
+        while self.tasks.try_join_next().is_some() {}
+        let connection = self.graceful.watch(connection);
+        self.tasks.spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            drop(held);
+        });
+    }
+
+    /// The end of an accept loop: asks every connection to finish its
+    /// requests and close, waits for them for at most `drain`, then drops
+    /// those still open (their clients see the connection close).
+    pub async fn drain(self, drain: Duration) {
+        let Self {
+            graceful,
+            mut tasks,
+        } = self;
+        if tokio::time::timeout(drain, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?drain,
+                "drain timeout passed; dropping remaining connections"
+            );
+        }
+        tasks.shutdown().await;
     }
 }
 
@@ -651,6 +710,8 @@ pub fn run<S: Service>(args: &crate::settings::ConfigArgs) -> std::process::Exit
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use tokio::time::Instant;
 
     use axum::routing::get;
@@ -716,5 +777,153 @@ mod tests {
         );
         stop.cancel();
         server.await.unwrap().unwrap();
+    }
+
+    /// A listener served on 127.0.0.1:0 with `router`, `header_timeout`
+    /// and `drain`: its address, its stop, and its task.
+    async fn served(
+        router: Router,
+        header_timeout: Duration,
+        drain: Duration,
+    ) -> (SocketAddr, CancellationToken, JoinHandle<io::Result<()>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve_http(
+            listener,
+            router,
+            None,
+            header_timeout,
+            stop.clone(),
+            drain,
+        ));
+        (addr, stop, server)
+    }
+
+    /// How long `stream` stays open (reading and dropping what comes),
+    /// failing once it has stayed open for `bound`.
+    async fn open_for(stream: &mut TcpStream, bound: Duration, what: &str) -> Duration {
+        let started = Instant::now();
+        let mut buf = [0_u8; 1024];
+        loop {
+            match tokio::time::timeout_at(started + bound, stream.read(&mut buf)).await {
+                Ok(Ok(0) | Err(_)) => return started.elapsed(),
+                Ok(Ok(_)) => {}
+                Err(_) => panic!("{what}: still open after {bound:?}"),
+            }
+        }
+    }
+
+    /// A connection that sends nothing, one that sends part of the HTTP/2
+    /// preface, one that sends all of it, and one idle after a whole
+    /// request are each closed once the header timeout has passed. Served
+    /// as `axum::serve` serves (HTTP/1 and HTTP/2 sniffed), the first three
+    /// were held for ever: neither the sniff nor HTTP/2 had a timer.
+    #[tokio::test]
+    async fn a_silent_or_idle_connection_is_closed_after_the_header_timeout() {
+        const TIMEOUT: Duration = Duration::from_millis(300);
+        let router = Router::new().route("/", get(|| async { "ok" }));
+        let (addr, stop, server) = served(router, TIMEOUT, Duration::from_secs(1)).await;
+        let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        for (what, sent) in [
+            ("nothing", &b""[..]),
+            ("half the HTTP/2 preface", &preface[..14]),
+            ("the whole HTTP/2 preface", &preface[..]),
+        ] {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            stream.write_all(sent).await.unwrap();
+            open_for(&mut stream, TIMEOUT * 10, what).await;
+        }
+        let mut idle = TcpStream::connect(addr).await.unwrap();
+        idle.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut head = [0_u8; 12];
+        idle.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+        let held = open_for(&mut idle, TIMEOUT * 10, "idle after a request").await;
+        assert!(
+            held >= TIMEOUT - Duration::from_millis(100),
+            "closed early: {held:?}"
+        );
+        stop.cancel();
+        server.await.unwrap().unwrap();
+    }
+
+    /// A router whose `/slow` holds its request for 30 s, telling `entered`
+    /// once it has it.
+    fn slow_router(entered: Arc<tokio::sync::Notify>) -> Router {
+        Router::new().route(
+            "/slow",
+            get(move || {
+                entered.notify_one();
+                async {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    "late"
+                }
+            }),
+        )
+    }
+
+    /// A request still running when the drain ends is dropped with its
+    /// connection: the server returns after the drain and the client sees
+    /// the connection close then, not an answer 30 s later (detached
+    /// connection tasks outlived their server).
+    #[tokio::test]
+    async fn a_request_that_outlives_the_drain_is_dropped_with_it() {
+        let entered = Arc::new(tokio::sync::Notify::new());
+        let drain = Duration::from_millis(200);
+        let (addr, stop, server) =
+            served(slow_router(entered.clone()), HEADER_READ_TIMEOUT, drain).await;
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client
+            .write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        entered.notified().await;
+        let stopped = Instant::now();
+        stop.cancel();
+        server.await.unwrap().unwrap();
+        assert!(stopped.elapsed() < drain * 5, "the drain is bounded");
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer))
+            .await
+            .expect("the connection closes with the server");
+        assert!(
+            answer.is_empty(),
+            "no answer: {}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+
+    /// A server dropped mid-request (a service aborted, as SIGKILL would
+    /// end it) drops its connections at once: the request in flight gets no
+    /// answer. Detached, the connections drained gracefully instead.
+    #[tokio::test]
+    async fn an_aborted_server_answers_no_request_in_flight() {
+        let entered = Arc::new(tokio::sync::Notify::new());
+        let (addr, _stop, server) = served(
+            slow_router(entered.clone()),
+            HEADER_READ_TIMEOUT,
+            Duration::from_secs(60),
+        )
+        .await;
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client
+            .write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        entered.notified().await;
+        server.abort();
+        let _ = server.await;
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer))
+            .await
+            .expect("the connection closes with the server");
+        assert!(
+            answer.is_empty(),
+            "no answer: {}",
+            String::from_utf8_lossy(&answer)
+        );
     }
 }
