@@ -11,16 +11,19 @@
 //!    rate limit (429; by customer once authenticated, with a placement
 //!    budget of its own), the route's
 //!    in-flight cap (503), whose slot the exchange holds until its response
-//!    body ends, and the listener's admission control
-//!    (`shopeasy_resilience::admission`, 503 `overloaded`: an adaptive
-//!    limit with a short deadline-aware queue, its permit completed when
-//!    response headers arrive);
+//!    body ends;
 //! 2. **prepare the head** ([`prepare_head`]) — hop-by-hop out,
 //!    `X-Forwarded-*` in, the trace context on; the caller's remaining
-//!    deadline is written per attempt;
+//!    deadline is written per attempt, as the request goes on the wire;
 //! 3. **prepare the body** ([`Shared::request_body`]) — empty, buffered (a
 //!    keyed POST that may be re-sent) or streamed, as [`Replay`] says,
-//!    under the activity timer and the whole-body deadline;
+//!    under the activity timer and the whole-body deadline; then the
+//!    listener's **admission control** ([`Shared::admission`];
+//!    `shopeasy_resilience::admission`, 503 `overloaded`: an adaptive
+//!    limit with a short deadline-aware queue, its permit completed when
+//!    response headers arrive), after a buffered body is in, so that a
+//!    client trickling its body holds a route slot but no admission
+//!    permit, and the limit learns the service's time, not the upload's;
 //! 4. **send with retries** ([`Shared::send_with_retries`]) — each
 //!    [`Shared::attempt`] races the shared [`Activity`] timer and the
 //!    caller's deadline; [`Retries`] asks the retry decision, counts it and
@@ -246,7 +249,8 @@ struct Admitted {
     rate: Verdict,
     /// The customer's placement limit, for a placement.
     placement: Option<Verdict>,
-    /// The admission slot, completed when response headers arrive.
+    /// The admission slot, taken once the body is ready
+    /// ([`Shared::admission`]), completed when response headers arrive.
     permit: Option<Permit>,
 }
 
@@ -330,9 +334,7 @@ impl Shared {
                 u64::try_from(d.remaining().as_millis()).unwrap_or(u64::MAX),
             );
         }
-        let mut admitted = self
-            .admit(lane, connection.client, &parts, deadline)
-            .await?;
+        let mut admitted = self.admit(lane, connection.client, &parts).await?;
         let has_body = admitted.has_body;
         prepare_head(&mut parts, connection.forwarded_for.clone(), traced);
         // Classified on the head as the service gets it: an
@@ -343,6 +345,7 @@ impl Shared {
         let body = self
             .request_body(body, replay, has_body, &exchange, deadline)
             .await?;
+        admitted.permit = self.admission(deadline).await?;
         let mut outbound = Outbound { parts, body };
         let (response, pooled) = self
             .send_with_retries(lane, &mut outbound, replay, &exchange, deadline)
@@ -378,12 +381,11 @@ impl Shared {
     }
 
     /// Phase 1: the method, the header and body caps, the caller's token
-    /// where the route needs a customer, then the client's rate limit, the
-    /// route's in-flight cap and the listener's admission (refusals that
-    /// cost nothing downstream; the cheap local ones first, so they never
-    /// take a place in the admission queue). Says whether the request has a
-    /// body (HTTP/1.1: without `Content-Length` or `Transfer-Encoding` it
-    /// has none).
+    /// where the route needs a customer, then the client's rate limit and
+    /// the route's in-flight cap (refusals that cost nothing downstream, and
+    /// never take a place in the admission queue). Says whether the request
+    /// has a body (HTTP/1.1: without `Content-Length` or `Transfer-Encoding`
+    /// it has none).
     ///
     /// Authentication comes before the rate limit so that a signed-in
     /// customer's budget is theirs wherever they connect from, and a
@@ -393,7 +395,6 @@ impl Shared {
         lane: &Lane,
         client: ClientKey,
         parts: &Parts,
-        deadline: Option<Deadline>,
     ) -> Result<Admitted, ProxyError> {
         if !observe::is_standard_method(&parts.method) {
             return Err(ProxyError::MethodNotAllowed);
@@ -441,22 +442,33 @@ impl Shared {
                     route: lane.name,
                     limit: lane.max_in_flight,
                 })?;
-        let permit = match self.admission.get() {
-            Some(admission) => Some(
-                admission
-                    .acquire(deadline)
-                    .await
-                    .map_err(ProxyError::Shed)?,
-            ),
-            None => None,
-        };
         Ok(Admitted {
             has_body,
             slot,
             rate,
             placement,
-            permit,
+            permit: None,
         })
+    }
+
+    /// The listener's admission control, once the body is ready to send:
+    /// a permit, a wait in its short queue, or the 503 `overloaded`.
+    ///
+    /// After the body, not in phase 1: a buffered body is read in full
+    /// first, and a client that trickles it (up to the whole-body deadline)
+    /// then holds only its route's slot, not one of the few admission
+    /// permits every route shares, and adds no upload time to the latency
+    /// the limit learns from. A streamed body is sent as it comes, so its
+    /// exchange still holds the permit while the client uploads.
+    async fn admission(&self, deadline: Option<Deadline>) -> Result<Option<Permit>, ProxyError> {
+        match self.admission.get() {
+            Some(admission) => admission
+                .acquire(deadline)
+                .await
+                .map(Some)
+                .map_err(ProxyError::Shed),
+            None => Ok(None),
+        }
     }
 
     /// The authentication step of phase 1: the bearer token verified (the
@@ -607,7 +619,7 @@ impl Shared {
         let sent = Instant::now();
         exchange.activity.touch();
         let result = tokio::select! {
-            r = lane.origin.request(request) => {
+            r = lane.origin.request(request, deadline) => {
                 r.map_err(|e| self.attempt_failed(lane, &e, &exchange.client, retries))
             }
             () = exchange.activity.idle() => Err(exchange.silence()),

@@ -62,6 +62,8 @@ use tokio::{
     time::Instant,
 };
 
+use shopeasy_resilience::deadline::Deadline;
+
 use crate::{activity::BoxError, error::ProxyError};
 
 /// The body type the gateway sends upstream.
@@ -289,11 +291,17 @@ impl Origin {
     /// success the response comes with its connection, to be
     /// [`release`](Pooled::release)d after the body.
     ///
+    /// The caller's `deadline` is written again as the request goes on the
+    /// wire: the wait for a connection slot and the connect (up to the
+    /// connect timeout) come after the attempt was built, and the service
+    /// must be told what is left then, not before them.
+    ///
     /// # Errors
     /// [`UpstreamError`]; classify it with [`classify`].
     pub(crate) async fn request(
         self: &Arc<Self>,
         mut request: Request<UpstreamBody>,
+        deadline: Option<Deadline>,
     ) -> Result<(Response<Incoming>, Pooled), UpstreamError> {
         self.origin_form(&mut request);
         // Waiting for a slot and connecting share one connect timeout.
@@ -310,6 +318,9 @@ impl Origin {
                     Err(_) if reused => continue,
                     Err(e) => return Err(UpstreamError::Request(e)),
                 }
+            }
+            if let Some(d) = deadline {
+                d.write_http(request.headers_mut());
             }
             match idle.send.try_send_request(request).await {
                 Ok(response) => {

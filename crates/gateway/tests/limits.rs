@@ -593,3 +593,112 @@ async fn the_gateways_own_admission_sheds_at_its_limit_and_is_reported() {
     let r = gw.get_as(&http, "/api/orders/1", "alice").await;
     assert_eq!(r.status(), 200);
 }
+
+/// Clients trickling keyed POST bodies hold their route's slots, not the
+/// gateway's admission: with an admission limit of 2 and two such uploads
+/// under way, a request on the other route is served. Admission was taken
+/// before the body was read, so the two uploads held both permits (for up
+/// to the whole-body deadline) and everyone else got 503 `overloaded`.
+#[tokio::test]
+async fn clients_trickling_their_bodies_do_not_hold_the_gateways_admission() {
+    let product = Fake::start(Duration::ZERO, false).await;
+    let order = Fake::start(Duration::ZERO, false).await;
+    let mut s = settings(product.addr, order.addr);
+    s.resilience.gateway.activity_timeout_seconds = Seconds::new(10.0);
+    s.limits.request_body_timeout_seconds = Seconds::new(10.0);
+    s.limits.max_in_flight_per_route = 2;
+    let a = &mut s.process.admission;
+    a.enabled = true;
+    (a.initial_limit, a.min_limit, a.max_limit, a.queue_size) = (2, 2, 2, 0);
+    let gw = gateway(s).await;
+    let http = http();
+    let mut uploads = Vec::new();
+    for key in ["k1", "k2"] {
+        let mut c = TcpStream::connect(gw.addr).await.unwrap();
+        let head = format!(
+            "POST /api/products/x HTTP/1.1\r\nhost: g\r\nidempotency-key: {key}\r\n\
+             content-type: application/json\r\ncontent-length: 100\r\n\r\n{{"
+        );
+        c.write_all(head.as_bytes()).await.unwrap();
+        uploads.push(c);
+    }
+    // Both uploads are in: the product route's two slots are taken.
+    assert_eventually(
+        Duration::from_secs(3),
+        "both uploads hold the product route",
+        async || {
+            let r = http.get(gw.url("/api/products/1")).send().await.unwrap();
+            r.status() == 503
+                && r.headers()["proxy-status"]
+                    .to_str()
+                    .unwrap()
+                    .contains("product route in-flight cap")
+        },
+    )
+    .await;
+    let r = gw.get_as(&http, "/api/orders/1", "alice").await;
+    assert_eq!(r.status(), 200, "{:?}", r.headers().get("proxy-status"));
+    assert_eq!(product.seen.arrivals(), 0, "no upload reached the service");
+    drop(uploads);
+}
+
+/// The deadline a service is told is what was left when the request went
+/// on the wire, not when the gateway began to wait for a connection: with
+/// one connection per origin held for 1.5 s, a request sent with 5,000 ms
+/// reaches the service with about 3,500 left (it was told ~5,000 and the
+/// gateway gave up on it 1.5 s before the service would).
+#[tokio::test]
+async fn the_deadline_sent_on_is_what_is_left_after_waiting_for_a_connection() {
+    const HOLD: Duration = Duration::from_millis(1500);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (told, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    let service = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let told = told.clone();
+            tokio::spawn(async move {
+                while let Some((head, _)) = read_message(&mut stream).await {
+                    let ms: u64 = header(&head, "shopeasy-deadline-ms")
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    told.send(ms).unwrap();
+                    tokio::time::sleep(HOLD).await;
+                    let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    if stream.write_all(reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let mut s = settings(addr, addr);
+    s.resilience.gateway.activity_timeout_seconds = Seconds::new(10.0);
+    s.resilience.gateway.connect_timeout_seconds = Seconds::new(5.0);
+    s.limits.max_upstream_connections_per_origin = 1;
+    let gw = gateway(s).await;
+    let http = http();
+    let send = |path: &str| {
+        tokio::spawn(
+            http.get(gw.url(path))
+                .header("shopeasy-deadline-ms", "5000")
+                .send(),
+        )
+    };
+    let first = send("/api/products/1");
+    let told_first = heard.recv().await.unwrap();
+    // Sent once the first holds the only connection: it waits ~1.5 s.
+    let second = send("/api/products/2");
+    assert_eq!(first.await.unwrap().unwrap().status(), 200);
+    assert_eq!(second.await.unwrap().unwrap().status(), 200);
+    let told_second = heard.recv().await.unwrap();
+    assert!(
+        told_first > 4_500,
+        "the first waited for nothing: {told_first}"
+    );
+    assert!(
+        told_second < 5_000 - 1_000,
+        "the second waited ~1.5 s for the connection, yet was told {told_second} ms"
+    );
+    service.abort();
+}
