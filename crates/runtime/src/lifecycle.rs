@@ -728,17 +728,7 @@ mod tests {
     async fn a_trickled_head_is_cut_off_and_a_whole_one_is_served() {
         const TIMEOUT: Duration = Duration::from_millis(300);
         let router = Router::new().route("/", get(|| async { "ok" }));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let stop = CancellationToken::new();
-        let server = tokio::spawn(serve_http(
-            listener,
-            router,
-            None,
-            TIMEOUT,
-            stop.clone(),
-            Duration::from_secs(1),
-        ));
+        let (addr, stop, server) = served(router, TIMEOUT, Duration::from_secs(1)).await;
 
         let mut whole = TcpStream::connect(addr).await.unwrap();
         whole
@@ -850,19 +840,44 @@ mod tests {
         server.await.unwrap().unwrap();
     }
 
-    /// A router whose `/slow` holds its request for 30 s, telling `entered`
-    /// once it has it.
-    fn slow_router(entered: Arc<tokio::sync::Notify>) -> Router {
-        Router::new().route(
+    /// A server with `drain` whose `/slow` holds its request for 30 s, and
+    /// a client whose request it holds: returned once the handler has it.
+    async fn slow_request_held(
+        drain: Duration,
+    ) -> (TcpStream, CancellationToken, JoinHandle<io::Result<()>>) {
+        let entered = Arc::new(tokio::sync::Notify::new());
+        let told = entered.clone();
+        let router = Router::new().route(
             "/slow",
             get(move || {
-                entered.notify_one();
+                told.notify_one();
                 async {
                     tokio::time::sleep(Duration::from_secs(30)).await;
                     "late"
                 }
             }),
-        )
+        );
+        let (addr, stop, server) = served(router, HEADER_READ_TIMEOUT, drain).await;
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client
+            .write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        entered.notified().await;
+        (client, stop, server)
+    }
+
+    /// `client`'s connection closes within 5 s without an answer.
+    async fn assert_closed_unanswered(client: &mut TcpStream) {
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer))
+            .await
+            .expect("the connection closes with the server");
+        assert!(
+            answer.is_empty(),
+            "no answer: {}",
+            String::from_utf8_lossy(&answer)
+        );
     }
 
     /// A request still running when the drain ends is dropped with its
@@ -871,29 +886,13 @@ mod tests {
     /// connection tasks outlived their server).
     #[tokio::test]
     async fn a_request_that_outlives_the_drain_is_dropped_with_it() {
-        let entered = Arc::new(tokio::sync::Notify::new());
         let drain = Duration::from_millis(200);
-        let (addr, stop, server) =
-            served(slow_router(entered.clone()), HEADER_READ_TIMEOUT, drain).await;
-        let mut client = TcpStream::connect(addr).await.unwrap();
-        client
-            .write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        entered.notified().await;
+        let (mut client, stop, server) = slow_request_held(drain).await;
         let stopped = Instant::now();
         stop.cancel();
         server.await.unwrap().unwrap();
         assert!(stopped.elapsed() < drain * 5, "the drain is bounded");
-        let mut answer = Vec::new();
-        let _ = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer))
-            .await
-            .expect("the connection closes with the server");
-        assert!(
-            answer.is_empty(),
-            "no answer: {}",
-            String::from_utf8_lossy(&answer)
-        );
+        assert_closed_unanswered(&mut client).await;
     }
 
     /// A server dropped mid-request (a service aborted, as SIGKILL would
@@ -901,29 +900,9 @@ mod tests {
     /// answer. Detached, the connections drained gracefully instead.
     #[tokio::test]
     async fn an_aborted_server_answers_no_request_in_flight() {
-        let entered = Arc::new(tokio::sync::Notify::new());
-        let (addr, _stop, server) = served(
-            slow_router(entered.clone()),
-            HEADER_READ_TIMEOUT,
-            Duration::from_secs(60),
-        )
-        .await;
-        let mut client = TcpStream::connect(addr).await.unwrap();
-        client
-            .write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        entered.notified().await;
+        let (mut client, _stop, server) = slow_request_held(Duration::from_secs(60)).await;
         server.abort();
         let _ = server.await;
-        let mut answer = Vec::new();
-        let _ = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer))
-            .await
-            .expect("the connection closes with the server");
-        assert!(
-            answer.is_empty(),
-            "no answer: {}",
-            String::from_utf8_lossy(&answer)
-        );
+        assert_closed_unanswered(&mut client).await;
     }
 }
