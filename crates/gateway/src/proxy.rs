@@ -741,7 +741,9 @@ struct Outbound {
 }
 
 impl Outbound {
-    /// The next attempt, carrying what is left of the caller's deadline.
+    /// The next attempt, unless the caller's deadline has passed (what is
+    /// left of it is written as the attempt goes on the wire, in
+    /// [`Origin::request`](crate::upstream::Origin::request)).
     fn next(&mut self, deadline: Option<Deadline>) -> Result<Request<UpstreamBody>, ProxyError> {
         let Some(body) = self.body.next() else {
             tracing::error!("a streamed request body was about to be sent twice");
@@ -756,14 +758,10 @@ impl Outbound {
             }
             _ => clone_parts(&self.parts),
         };
-        let mut request = Request::from_parts(parts, body);
-        if let Some(d) = deadline {
-            if d.is_expired() {
-                return Err(ProxyError::DeadlineExceeded);
-            }
-            d.write_http(request.headers_mut());
+        if deadline.is_some_and(|d| d.is_expired()) {
+            return Err(ProxyError::DeadlineExceeded);
         }
-        Ok(request)
+        Ok(Request::from_parts(parts, body))
     }
 }
 
